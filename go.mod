@@ -5,6 +5,9 @@ go 1.26.0
 require github.com/google/gopacket v1.1.19
 
 require (
-	golang.org/x/net v0.63.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/songgao/water v0.0.0-20200317203138-2b4b6d7c09d8
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
+	golang.org/x/net v0.63.0
+	golang.org/x/sys v0.50.0
 )

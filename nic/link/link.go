@@ -1,0 +1,87 @@
+// Package link moves Ethernet frames between vrnicd and the network.
+//
+// A Link reads and writes batches of whole Ethernet frames (no FCS), in
+// wireguard-go's tun.Device shape: every frame sits at bufs[i][offset:], so a
+// writer can build headers in the headroom in front of a payload without
+// copying it, and a reader gets room in front of each frame for free.
+//
+// Three implementations:
+//
+//   - OpenTAP creates a TAP device (songgao/water), sets its MTU and brings
+//     it up (vishvananda/netlink). vrnicd is the NIC on the far side of the
+//     TAP: it has its own MAC (TAPConfig.MAC), distinct from the kernel
+//     side's, and its own IP addresses; a bridge connects the kernel side to
+//     other hosts or VMs. The TAP is not persistent: Close removes it.
+//   - OpenRaw opens an AF_PACKET socket on an existing interface and uses
+//     the interface's own MAC. A classic-BPF filter (RoCEFilter) can limit
+//     what is read to RoCEv2; frames the host itself sends are not read
+//     (PACKET_IGNORE_OUTGOING). Reads and writes are batched with
+//     recvmmsg/sendmmsg.
+//   - Pipe joins two in-memory Links for tests, with optional fault hooks.
+//
+// Concurrency: Read must be called from one goroutine at a time (it reuses
+// per-link state); Write is safe for concurrent use. Close may be called from
+// any goroutine and interrupts a blocked Read; afterwards Read and Write
+// return an error for which errors.Is(err, net.ErrClosed) holds.
+//
+// Links open sockets and devices in the network namespace of the calling OS
+// thread. To open one inside another namespace, call the constructor on a
+// goroutine locked to a thread that has joined it (see package linktest).
+package link
+
+import (
+	"errors"
+	"fmt"
+	"net"
+)
+
+// Link is a batch Ethernet frame device.
+type Link interface {
+	// Read reads up to len(bufs) frames; frame i is placed at bufs[i][offset:]
+	// and sizes[i] is its length. It blocks until at least one frame is
+	// available. A frame longer than the space in its buffer is truncated
+	// to fit (sizes[i] is then the truncated length).
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+	// Write writes the frames bufs[i][offset:] and returns how many were
+	// written. Write does not retain the buffers.
+	Write(bufs [][]byte, offset int) (int, error)
+	// BatchSize is the most frames Read returns at once; callers should
+	// size bufs to it.
+	BatchSize() int
+	// MTU is the largest IP packet the link carries (Ethernet payload).
+	MTU() int
+	// HardwareAddr is the link's own MAC, the source of frames it sends.
+	HardwareAddr() net.HardwareAddr
+	// Name names the link (interface name, or "pipe0"/"pipe1").
+	Name() string
+	// Close releases the link; after it, Read and Write return an error
+	// satisfying errors.Is(err, net.ErrClosed).
+	Close() error
+}
+
+// EthernetHeaderLen is the length of an untagged Ethernet header.
+const EthernetHeaderLen = 14
+
+// Errors returned by links.
+var (
+	// ErrFrameTooBig: a frame's Ethernet payload exceeds the MTU.
+	ErrFrameTooBig = errors.New("link: frame larger than MTU")
+	// ErrFrameTooShort: a frame has no complete Ethernet header.
+	ErrFrameTooShort = errors.New("link: frame shorter than an Ethernet header")
+)
+
+// closedError wraps net.ErrClosed with the link's name.
+func closedError(name string) error {
+	return fmt.Errorf("link %s: %w", name, net.ErrClosed)
+}
+
+// checkFrame validates one outgoing frame against mtu.
+func checkFrame(f []byte, mtu int) error {
+	if len(f) < EthernetHeaderLen {
+		return ErrFrameTooShort
+	}
+	if len(f)-EthernetHeaderLen > mtu {
+		return fmt.Errorf("%w: %d > %d", ErrFrameTooBig, len(f)-EthernetHeaderLen, mtu)
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+package link
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// RawConfig configures OpenRaw.
+type RawConfig struct {
+	// Interface is the existing interface to attach to, e.g. "eth1".
+	Interface string
+	// Filter, if non-nil, is a classic BPF program run by the kernel on
+	// every frame; only accepted frames are read. RoCEFilter() selects
+	// RoCEv2. It is attached before the socket is bound, so no unfiltered
+	// frame is ever queued.
+	Filter []bpf.RawInstruction
+	// BatchSize caps frames per Read and per sendmmsg; default 64.
+	BatchSize int
+	// RecvBuffer is SO_RCVBUF(FORCE) in bytes; default 4 MiB.
+	RecvBuffer int
+}
+
+// Raw is a Link over an AF_PACKET socket bound to an existing interface. It
+// sends with the interface's own MAC. Frames the host sends itself are not
+// read. Reads use recvmmsg and writes sendmmsg, so a batch costs one system
+// call; the socket sits on the Go netpoller, so Close interrupts Read.
+//
+// MTU and HardwareAddr are read once, at OpenRaw.
+type Raw struct {
+	name    string
+	ifindex int
+	mac     net.HardwareAddr
+	mtu     int
+	batch   int
+	f       *os.File
+	rc      syscall.RawConn
+	closed  atomic.Bool
+
+	rhdrs []unix.Mmsghdr // Read scratch (one reader at a time)
+	riovs []unix.Iovec
+
+	wmu   sync.Mutex // guards the Write scratch
+	whdrs []unix.Mmsghdr
+	wiovs []unix.Iovec
+}
+
+// OpenRaw opens an AF_PACKET socket on an existing, up interface.
+func OpenRaw(cfg RawConfig) (*Raw, error) {
+	ifi, err := net.InterfaceByName(cfg.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	if len(ifi.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("link: %s is not an Ethernet interface", cfg.Interface)
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 64
+	}
+	if cfg.RecvBuffer <= 0 {
+		cfg.RecvBuffer = 4 << 20
+	}
+	// Protocol 0: the socket receives nothing until bind, so the filter
+	// is in place before the first frame is queued.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("link: AF_PACKET socket: %w", err)
+	}
+	fail := func(what string, err error) (*Raw, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("link: %s on %s: %w", what, cfg.Interface, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
+		return fail("PACKET_IGNORE_OUTGOING", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, cfg.RecvBuffer); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.RecvBuffer)
+	}
+	if cfg.Filter != nil {
+		if err := attachFilter(fd, cfg.Filter); err != nil {
+			return fail("SO_ATTACH_FILTER", err)
+		}
+	}
+	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
+	if err := unix.Bind(fd, sll); err != nil {
+		return fail("bind", err)
+	}
+	r := &Raw{
+		name:    ifi.Name,
+		ifindex: ifi.Index,
+		mac:     append(net.HardwareAddr(nil), ifi.HardwareAddr...),
+		mtu:     ifi.MTU,
+		batch:   cfg.BatchSize,
+		f:       os.NewFile(uintptr(fd), "packet:"+ifi.Name),
+		rhdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
+		riovs:   make([]unix.Iovec, cfg.BatchSize),
+		whdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
+		wiovs:   make([]unix.Iovec, cfg.BatchSize),
+	}
+	if r.rc, err = r.f.SyscallConn(); err != nil {
+		r.f.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// attachFilter installs a classic BPF program on a socket.
+func attachFilter(fd int, prog []bpf.RawInstruction) error {
+	if len(prog) == 0 || len(prog) > 0xffff {
+		return errors.New("bad filter length")
+	}
+	fs := make([]unix.SockFilter, len(prog))
+	for i, ins := range prog {
+		fs[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
+	}
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(fs)), Filter: &fs[0]})
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func (r *Raw) BatchSize() int                 { return r.batch }
+func (r *Raw) MTU() int                       { return r.mtu }
+func (r *Raw) HardwareAddr() net.HardwareAddr { return r.mac }
+func (r *Raw) Name() string                   { return r.name }
+
+// Ifindex is the interface's index.
+func (r *Raw) Ifindex() int { return r.ifindex }
+
+// Close closes the socket, interrupting a blocked Read.
+func (r *Raw) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	return r.f.Close()
+}
+
+func (r *Raw) fdErr(err error) error {
+	if r.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return closedError(r.name)
+	}
+	return fmt.Errorf("link %s: %w", r.name, err)
+}
+
+// mmsg fills hdrs/iovs with one iovec per buffer.
+func fillMmsg(hdrs []unix.Mmsghdr, iovs []unix.Iovec, bufs [][]byte, offset int) {
+	for i, b := range bufs {
+		b = b[offset:]
+		iovs[i] = unix.Iovec{}
+		if len(b) > 0 {
+			iovs[i].Base = &b[0]
+			iovs[i].SetLen(len(b))
+		}
+		hdrs[i] = unix.Mmsghdr{}
+		hdrs[i].Hdr.Iov = &iovs[i]
+		hdrs[i].Hdr.SetIovlen(1)
+	}
+}
+
+// Read implements Link with one recvmmsg per batch.
+func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if len(bufs) > r.batch {
+		bufs = bufs[:r.batch]
+	}
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	fillMmsg(r.rhdrs, r.riovs, bufs, offset)
+	n := 0
+	var rerr error
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			m, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.rhdrs[0])),
+				uintptr(len(bufs)), unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case 0:
+				n = int(m)
+				return true
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false
+			default:
+				rerr = e
+				return true
+			}
+		}
+	})
+	for i := range n {
+		sizes[i] = int(r.rhdrs[i].Len)
+	}
+	for i := range bufs { // drop references to the caller's buffers
+		r.riovs[i].Base = nil
+	}
+	if n > 0 {
+		return n, nil
+	}
+	if err == nil {
+		err = rerr
+	}
+	if err == nil {
+		err = errors.New("recvmmsg returned no frame")
+	}
+	return 0, r.fdErr(err)
+}
+
+// Write implements Link with sendmmsg, up to BatchSize frames per call.
+func (r *Raw) Write(bufs [][]byte, offset int) (int, error) {
+	for _, b := range bufs {
+		if err := checkFrame(b[offset:], r.mtu); err != nil {
+			return 0, err
+		}
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	done := 0
+	for done < len(bufs) {
+		chunk := bufs[done:min(len(bufs), done+r.batch)]
+		fillMmsg(r.whdrs, r.wiovs, chunk, offset)
+		sent := 0
+		var werr error
+		err := r.rc.Write(func(fd uintptr) bool {
+			for sent < len(chunk) {
+				m, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&r.whdrs[sent])),
+					uintptr(len(chunk)-sent), unix.MSG_DONTWAIT, 0, 0)
+				switch e {
+				case 0:
+					sent += int(m)
+				case unix.EINTR:
+				case unix.EAGAIN, unix.ENOBUFS:
+					return false
+				default:
+					werr = e
+					return true
+				}
+			}
+			return true
+		})
+		for i := range chunk {
+			r.wiovs[i].Base = nil
+		}
+		done += sent
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
+			return done, r.fdErr(err)
+		}
+	}
+	return done, nil
+}
+
+// RoCEFilter returns a classic BPF program that accepts untagged Ethernet
+// frames carrying UDP to port 4791 over IPv4 (unfragmented, any IHL) or over
+// IPv6 (UDP as the first next header), and nothing else.
+func RoCEFilter() []bpf.RawInstruction {
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2}, // EtherType
+		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x0800, SkipFalse: 7},
+		/* 2 */ bpf.LoadAbsolute{Off: 23, Size: 1}, // IPv4 protocol
+		/* 3 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 17, SkipFalse: 11},
+		/* 4 */ bpf.LoadAbsolute{Off: 20, Size: 2}, // flags + fragment offset
+		/* 5 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x3fff, SkipTrue: 9},
+		/* 6 */ bpf.LoadMemShift{Off: 14}, // X = IHL*4
+		/* 7 */ bpf.LoadIndirect{Off: 14 + 2, Size: 2}, // UDP dst port
+		/* 8 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4791, SkipTrue: 5, SkipFalse: 6},
+		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x86dd, SkipFalse: 5},
+		/* 10 */ bpf.LoadAbsolute{Off: 14 + 6, Size: 1}, // IPv6 next header
+		/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 17, SkipFalse: 3},
+		/* 12 */ bpf.LoadAbsolute{Off: 14 + 40 + 2, Size: 2},
+		/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4791, SkipFalse: 1},
+		/* 14 */ bpf.RetConstant{Val: 0x40000},
+		/* 15 */ bpf.RetConstant{Val: 0},
+	})
+	if err != nil {
+		panic("link: RoCEFilter does not assemble: " + err.Error())
+	}
+	return prog
+}
+
+var _ Link = (*Raw)(nil)

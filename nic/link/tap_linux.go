@@ -1,0 +1,198 @@
+package link
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/songgao/water"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TAPConfig configures OpenTAP.
+type TAPConfig struct {
+	// Name of the TAP to create, e.g. "vrnic0". Empty lets the kernel pick.
+	Name string
+	// MTU of the TAP (the IP MTU); default 1500.
+	MTU int
+	// MAC is the NIC's own address (the far side of the TAP, not the kernel
+	// side's). Nil picks a random locally administered unicast address.
+	MAC net.HardwareAddr
+	// BatchSize caps frames per Read; default 64.
+	BatchSize int
+}
+
+// TAP is a Link over a TAP device this process created. The file descriptor
+// sits on the Go netpoller, so a blocked Read costs no thread and Close
+// interrupts it. Read drains every frame already queued on the device (up
+// to len(bufs)) per wake-up, one read(2) per frame.
+type TAP struct {
+	name   string
+	mac    net.HardwareAddr
+	mtu    int
+	batch  int
+	f      *os.File
+	rc     syscall.RawConn
+	closed atomic.Bool
+}
+
+// OpenTAP creates the TAP device, sets its MTU and brings it up. The device
+// exists until Close.
+func OpenTAP(cfg TAPConfig) (*TAP, error) {
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if cfg.MTU < 68 || cfg.MTU > 65535-EthernetHeaderLen {
+		return nil, fmt.Errorf("link: TAP MTU %d out of range", cfg.MTU)
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 64
+	}
+	mac := cfg.MAC
+	if mac == nil {
+		var err error
+		if mac, err = RandomMAC(); err != nil {
+			return nil, err
+		}
+	} else if len(mac) != 6 || mac[0]&1 != 0 {
+		return nil, fmt.Errorf("link: MAC %v is not a unicast Ethernet address", mac)
+	}
+	ifce, err := water.New(water.Config{
+		DeviceType:             water.TAP,
+		PlatformSpecificParams: water.PlatformSpecificParams{Name: cfg.Name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("link: create TAP %q: %w", cfg.Name, err)
+	}
+	f, ok := ifce.ReadWriteCloser.(*os.File)
+	if !ok {
+		ifce.Close()
+		return nil, errors.New("link: water returned no *os.File")
+	}
+	t := &TAP{name: ifce.Name(), mac: append(net.HardwareAddr(nil), mac...), mtu: cfg.MTU, batch: cfg.BatchSize, f: f}
+	if t.rc, err = f.SyscallConn(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	nl, err := netlink.LinkByName(t.name)
+	if err == nil {
+		if string(nl.Attrs().HardwareAddr) == string(t.mac) {
+			err = fmt.Errorf("MAC %v equals the kernel side's", t.mac)
+		}
+	}
+	if err == nil {
+		err = netlink.LinkSetMTU(nl, cfg.MTU)
+	}
+	if err == nil {
+		err = netlink.LinkSetUp(nl)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("link: set up TAP %s: %w", t.name, err)
+	}
+	return t, nil
+}
+
+// RandomMAC returns a random locally administered unicast MAC.
+func RandomMAC() (net.HardwareAddr, error) {
+	m := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(m); err != nil {
+		return nil, err
+	}
+	m[0] = m[0]&^0x01 | 0x02
+	return m, nil
+}
+
+func (t *TAP) BatchSize() int                 { return t.batch }
+func (t *TAP) MTU() int                       { return t.mtu }
+func (t *TAP) HardwareAddr() net.HardwareAddr { return t.mac }
+func (t *TAP) Name() string                   { return t.name }
+
+// Close closes the device file; the kernel then removes the TAP.
+func (t *TAP) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	return t.f.Close()
+}
+
+func (t *TAP) fdErr(err error) error {
+	if t.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return closedError(t.name)
+	}
+	return fmt.Errorf("link %s: %w", t.name, err)
+}
+
+// Read implements Link.
+func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	n := 0
+	var rerr error
+	err := t.rc.Read(func(fd uintptr) bool {
+		for n < len(bufs) {
+			m, err := unix.Read(int(fd), bufs[n][offset:])
+			switch err {
+			case nil:
+				sizes[n] = m
+				n++
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return n > 0
+			default:
+				rerr = err
+				return true
+			}
+		}
+		return true
+	})
+	if n > 0 {
+		return n, nil
+	}
+	if err == nil {
+		err = rerr
+	}
+	return 0, t.fdErr(err)
+}
+
+// Write implements Link.
+func (t *TAP) Write(bufs [][]byte, offset int) (int, error) {
+	for _, b := range bufs {
+		if err := checkFrame(b[offset:], t.mtu); err != nil {
+			return 0, err
+		}
+	}
+	i := 0
+	var werr error
+	err := t.rc.Write(func(fd uintptr) bool {
+		for i < len(bufs) {
+			_, err := unix.Write(int(fd), bufs[i][offset:])
+			switch err {
+			case nil:
+				i++
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false
+			default:
+				werr = err
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return i, t.fdErr(err)
+	}
+	return i, nil
+}
+
+var _ Link = (*TAP)(nil)
