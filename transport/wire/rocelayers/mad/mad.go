@@ -267,6 +267,14 @@ func EncodeCM(b []byte, h Header, msg Message) (int, error) {
 	return Size, nil
 }
 
+// AppendCM appends a 256-byte CM MAD (as EncodeCM writes it) to b.
+func AppendCM(b []byte, h Header, msg Message) []byte {
+	n := len(b)
+	b = append(b, make([]byte, Size)...)
+	_, _ = EncodeCM(b[n:], h, msg) // cannot fail: Size bytes are there
+	return b
+}
+
 func checkData(name string, b []byte) error {
 	if len(b) < CMDataLen {
 		return fmt.Errorf("%w: CM %s needs %d bytes, have %d", ErrShort, name, CMDataLen, len(b))

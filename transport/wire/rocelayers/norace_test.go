@@ -1,0 +1,5 @@
+//go:build !race
+
+package rocelayers
+
+const raceEnabled = false
