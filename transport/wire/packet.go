@@ -208,3 +208,26 @@ func (p *Packet) Fields() PacketFields {
 	}
 	return f
 }
+
+// EncodeHeaders writes the BTH (PadCnt derived from payloadLen) and the
+// opcode's extension headers from f, zeroes the pad bytes and the ICRC
+// field, and returns the packet length; the caller puts payloadLen bytes at
+// b[HdrLen:]. This lets a sender gather payload straight from memory into
+// the packet. It returns 0 if the opcode is unknown or b is too short.
+func (f *PacketFields) EncodeHeaders(b []byte, payloadLen int) int {
+	info := f.BTH.Opcode.Info()
+	if info == nil || payloadLen < 0 {
+		return 0
+	}
+	n := Len(info, payloadLen)
+	if len(b) < n {
+		return 0
+	}
+	p := f.Payload
+	f.Payload = nil
+	f.Encode(b[:info.HdrLen+ICRCLen]) // headers; its payload-less tail is rewritten below
+	f.Payload = p
+	BTH(b).SetPadCnt(PadFor(payloadLen))
+	clear(b[info.HdrLen+payloadLen : n])
+	return n
+}

@@ -1,0 +1,317 @@
+package transporttest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/mem"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// Faults are the link's misbehaviours, each a probability per frame.
+type Faults struct {
+	Loss      float64
+	Reorder   float64 // the frame overtakes up to ReorderDepth frames queued before it
+	Duplicate float64
+	Corrupt   float64 // one random bit flips (the receiver's ICRC check drops it)
+	// ReorderDepth bounds how far a reordered frame moves (default 8).
+	ReorderDepth int
+	// Drop, if set, is asked about every frame first; true drops it. Tests
+	// use it to drop one chosen packet.
+	Drop func(f *Frame) bool
+}
+
+// Frame is one packet on the simulated wire.
+type Frame struct {
+	IP   []byte // IPv4 header, UDP header, transport packet with ICRC
+	From *Node
+	To   *Node
+	Pkt  wire.Packet // parsed view of the transport packet, valid in Drop and taps
+}
+
+// Stats counts what the link did.
+type Stats struct {
+	Sent, Delivered, Lost, Reordered, Duplicated, Corrupted, ICRCDropped, NoQP int
+}
+
+// Net is a simulated Ethernet segment of nodes, each with its own memory
+// table and QPs. Everything runs on the caller's goroutine.
+type Net struct {
+	Clock   *ManualClock
+	Faults  Faults
+	Latency time.Duration // the clock advances this much per delivered frame
+	Stats   Stats
+	// Tap, if set, sees every frame as it is delivered (after faults).
+	Tap func(f *Frame)
+
+	rng    *rand.Rand
+	nodes  []*Node
+	byAddr map[[16]byte]*Node
+	queue  []*Frame
+}
+
+// NewNet makes an empty segment whose faults draw from seed.
+func NewNet(seed uint64) *Net {
+	return &Net{
+		Clock:  NewManualClock(),
+		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byAddr: map[[16]byte]*Node{},
+	}
+}
+
+// Node is one simulated device.
+type Node struct {
+	Net      *Net
+	Addr     netip.Addr // IPv4
+	GID      [16]byte   // ::ffff:Addr
+	Mem      *mem.Table
+	Env      *transport.Env
+	Counters transport.Counters
+	QPs      map[uint32]*transport.QP
+	nextQPN  uint32
+}
+
+// AddNode adds a device with IPv4 address 192.0.2.<n>.
+func (n *Net) AddNode() *Node {
+	i := len(n.nodes) + 1
+	addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
+	nd := &Node{Net: n, Addr: addr, GID: addr.As16(), Mem: mem.NewTable(mem.Config{KeyByte: func() uint8 { return uint8(n.rng.Uint32()) }}),
+		QPs: map[uint32]*transport.QP{}, nextQPN: 0x11}
+	nd.Env = &transport.Env{Clock: n.Clock, Memory: nd.Mem, Out: (*output)(nd), Device: &nd.Counters, PortMTU: transport.MTU1024}
+	n.nodes = append(n.nodes, nd)
+	n.byAddr[nd.GID] = nd
+	return nd
+}
+
+// NewQP creates a QP on the node with the next QPN (or qpn if non-zero).
+func (nd *Node) NewQP(cfg transport.QPConfig) (*transport.QP, error) {
+	if cfg.QPN == 0 {
+		cfg.QPN = nd.nextQPN
+		nd.nextQPN++
+	}
+	if _, dup := nd.QPs[cfg.QPN]; dup {
+		return nil, fmt.Errorf("QPN %#x in use", cfg.QPN)
+	}
+	q, err := transport.NewQP(nd.Env, cfg)
+	if err != nil {
+		return nil, err
+	}
+	nd.QPs[cfg.QPN] = q
+	return q, nil
+}
+
+// AV is an address vector from nd to peer, as rc_pingpong sets it.
+func (nd *Node) AV(peer *Node) transport.AddressVector {
+	return transport.AddressVector{DGID: peer.GID, SGID: nd.GID, SGIDIndex: 1, HopLimit: 64, Port: 1}
+}
+
+// output is a node's transport.Output: it writes IPv4 and UDP headers into
+// the headroom, seals the ICRC and puts the frame on the wire.
+type output Node
+
+const headroom = wire.IPv4HeaderLen + wire.UDPHeaderLen
+
+func (o *output) Headroom() int      { return headroom }
+func (o *output) Alloc(n int) []byte { return make([]byte, headroom+n) }
+
+func (o *output) Send(pkts []transport.TxPacket) {
+	nd := (*Node)(o)
+	for i := range pkts {
+		p := &pkts[i]
+		to := nd.Net.byAddr[p.AV.DGID]
+		ip := p.Buf[p.Headroom-headroom:]
+		buildIPv4UDP(ip, nd.GID, p.AV.DGID, p.AV.HopLimit, p.AV.TrafficClass, p.SrcPort)
+		if err := wire.PutICRC(ip); err != nil {
+			panic(err) // the engine built a packet too short for a BTH: a bug
+		}
+		nd.Net.put(&Frame{IP: ip, From: nd, To: to})
+	}
+}
+
+func buildIPv4UDP(ip []byte, src, dst [16]byte, ttl, tos uint8, sport uint16) {
+	n := len(ip)
+	ip[0], ip[1] = 0x45, tos
+	binary.BigEndian.PutUint16(ip[2:], uint16(n))
+	binary.BigEndian.PutUint16(ip[4:], 0)
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	ip[8], ip[9] = ttl, 17
+	copy(ip[12:16], src[12:])
+	copy(ip[16:20], dst[12:])
+	binary.BigEndian.PutUint16(ip[10:], 0)
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip[:20]))
+	u := ip[20:]
+	binary.BigEndian.PutUint16(u[0:], sport)
+	binary.BigEndian.PutUint16(u[2:], wire.RoCEv2Port)
+	binary.BigEndian.PutUint16(u[4:], uint16(n-20))
+	binary.BigEndian.PutUint16(u[6:], 0)
+}
+
+func ipChecksum(h []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+func (n *Net) put(f *Frame) {
+	n.Stats.Sent++
+	if f.To == nil {
+		n.Stats.NoQP++
+		return
+	}
+	if n.Faults.Drop != nil {
+		_ = f.Pkt.Parse(f.IP[headroom:])
+		if n.Faults.Drop(f) {
+			n.Stats.Lost++
+			return
+		}
+	}
+	if n.chance(n.Faults.Loss) {
+		n.Stats.Lost++
+		return
+	}
+	if n.chance(n.Faults.Corrupt) {
+		n.Stats.Corrupted++
+		bit := n.rng.IntN(len(f.IP) * 8)
+		f.IP[bit/8] ^= 1 << (bit % 8)
+	}
+	n.enqueue(f)
+	if n.chance(n.Faults.Duplicate) {
+		n.Stats.Duplicated++
+		d := *f
+		d.IP = append([]byte(nil), f.IP...)
+		n.enqueue(&d)
+	}
+}
+
+func (n *Net) enqueue(f *Frame) {
+	n.queue = append(n.queue, f)
+	if n.chance(n.Faults.Reorder) && len(n.queue) > 1 {
+		depth := n.Faults.ReorderDepth
+		if depth <= 0 {
+			depth = 8
+		}
+		k := 1 + n.rng.IntN(min(depth, len(n.queue)-1))
+		i := len(n.queue) - 1
+		copy(n.queue[i-k+1:], n.queue[i-k:i])
+		n.queue[i-k] = f
+		n.Stats.Reordered++
+	}
+}
+
+func (n *Net) chance(p float64) bool { return p > 0 && n.rng.Float64() < p }
+
+// Step delivers the oldest frame on the wire. It returns false if the wire
+// is empty.
+func (n *Net) Step() bool {
+	if len(n.queue) == 0 {
+		return false
+	}
+	f := n.queue[0]
+	n.queue[0] = nil
+	n.queue = n.queue[1:]
+	if n.Latency > 0 {
+		n.Clock.Advance(n.Latency)
+	}
+	n.deliver(f)
+	return true
+}
+
+// InFlight is the number of frames on the wire.
+func (n *Net) InFlight() int { return len(n.queue) }
+
+func (n *Net) deliver(f *Frame) {
+	to := f.To
+	if err := wire.VerifyICRC(f.IP); err != nil {
+		n.Stats.ICRCDropped++
+		to.Counters.Inc(transport.ICRCErrors)
+		return
+	}
+	var rx transport.RxPacket
+	if err := rx.Packet.Parse(f.IP[headroom:]); err != nil {
+		n.Stats.ICRCDropped++
+		return
+	}
+	f.Pkt = rx.Packet
+	if n.Tap != nil {
+		n.Tap(f)
+	}
+	rx.SrcGID = f.From.GID
+	rx.DstGID = to.GID
+	rx.IPHeader = f.IP[:wire.IPv4HeaderLen]
+	rx.SrcPort = binary.BigEndian.Uint16(f.IP[20:])
+	q := to.QPs[rx.BTH.DestQP()]
+	if q == nil {
+		n.Stats.NoQP++
+		return
+	}
+	n.Stats.Delivered++
+	if rx.Op.Flags&wire.FlagRequest != 0 {
+		q.HandleRequest(&rx)
+	} else {
+		q.HandleResponse(&rx)
+	}
+}
+
+// RunQPs runs every QP's owners until none has more to do now, and returns
+// the earliest time one of them asked to run again (zero: none).
+func (n *Net) RunQPs() time.Time {
+	var next time.Time
+	for _, nd := range n.nodes {
+		for _, q := range nd.QPs {
+			for range 1 << 16 {
+				if !q.RunRecv() {
+					break
+				}
+			}
+			t := q.RunSend()
+			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+	}
+	return next
+}
+
+// ErrStalled means nothing is on the wire and no QP waits for a timer, but
+// the run's goal was not reached.
+var ErrStalled = errors.New("transporttest: stalled: wire empty, no timer pending")
+
+// ErrTooLong means the run took more events than allowed.
+var ErrTooLong = errors.New("transporttest: run exceeded its event budget")
+
+// Run drives the network until done returns true: QPs run, frames are
+// delivered one by one, and when the wire is empty the clock jumps to the
+// next timer. maxEvents bounds the run.
+func (n *Net) Run(done func() bool, maxEvents int) error {
+	for range maxEvents {
+		next := n.RunQPs()
+		if done() {
+			return nil
+		}
+		if n.Step() {
+			continue
+		}
+		next = n.RunQPs()
+		if done() {
+			return nil
+		}
+		if n.InFlight() > 0 {
+			continue
+		}
+		if next.IsZero() {
+			return ErrStalled
+		}
+		n.Clock.AdvanceTo(next)
+	}
+	return ErrTooLong
+}
