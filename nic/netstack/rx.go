@@ -1,0 +1,190 @@
+package netstack
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// RxPacket is one received RoCEv2 packet that passed every link-layer check:
+// addressed to one of our MACs/addresses, well-formed IP and UDP, correct IPv4
+// header checksum, correct UDP checksum when non-zero, correct ICRC.
+//
+// Ownership: every slice aliases the Run loop's receive buffer. It is valid
+// only until the Deliver call that carries it returns; the buffer is then
+// reused for the next read. A receiver that needs bytes later (e.g. a UD
+// payload or GRH for a receive WQE) copies them before returning.
+type RxPacket struct {
+	Frame     []byte // the whole Ethernet frame (without padding)
+	IPHeader  []byte // 20 (IPv4) or 40 (IPv6) bytes, for the UD GRH
+	Transport []byte // the UDP payload: BTH through ICRC
+	Src, Dst  netip.Addr
+	SrcPort   uint16
+	// TrafficClass (IPv4 TOS), HopLimit (TTL) and FlowLabel (IPv6) as
+	// received.
+	TrafficClass uint8
+	HopLimit     uint8
+	FlowLabel    uint32
+}
+
+// SrcGID and DstGID are the packet's addresses as 16-byte GIDs.
+func (p *RxPacket) SrcGID() [16]byte { return p.Src.As16() }
+func (p *RxPacket) DstGID() [16]byte { return p.Dst.As16() }
+
+var be = binary.BigEndian
+
+// input handles one frame; it returns a RoCE packet to deliver, or false
+// when the frame was consumed (control traffic) or dropped (counted).
+func (s *Stack) input(f []byte) (RxPacket, bool) {
+	if len(f) < link.EthernetHeaderLen {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	if f[0]&1 == 0 && [6]byte(f[0:6]) != s.mac {
+		s.ctr.NotForUs.Add(1)
+		return RxPacket{}, false
+	}
+	switch be.Uint16(f[12:]) {
+	case 0x0806:
+		if s.cfg.Mode == ModeTAP {
+			s.arpInput(f)
+			return RxPacket{}, false
+		}
+	case 0x0800:
+		return s.ipv4Input(f)
+	case 0x86dd:
+		return s.ipv6Input(f)
+	}
+	s.ctr.NonRoCE.Add(1)
+	return RxPacket{}, false
+}
+
+func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
+	ip := f[link.EthernetHeaderLen:]
+	if len(ip) < 20 || ip[0]>>4 != 4 {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	ihl := int(ip[0]&0x0f) * 4
+	tot := int(be.Uint16(ip[2:]))
+	if ihl < 20 || tot < ihl || tot > len(ip) {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	ip = ip[:tot] // drop Ethernet padding
+	if Checksum(ip[:ihl]) != 0 {
+		s.ctr.BadIPChecksum.Add(1)
+		return RxPacket{}, false
+	}
+	src := netip.AddrFrom4([4]byte(ip[12:16]))
+	dst := netip.AddrFrom4([4]byte(ip[16:20]))
+	if !s.addrs.Load().has(dst) {
+		if dst.IsMulticast() || dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+			s.ctr.NonRoCE.Add(1)
+		} else {
+			s.ctr.NotForUs.Add(1)
+		}
+		return RxPacket{}, false
+	}
+	if be.Uint16(ip[6:])&0x3fff != 0 {
+		s.ctr.Fragments.Add(1)
+		return RxPacket{}, false
+	}
+	switch ip[9] {
+	case 17:
+		if ihl != wire.IPv4HeaderLen {
+			// The ICRC cannot cover options; rxe never sends them.
+			s.ctr.Malformed.Add(1)
+			return RxPacket{}, false
+		}
+		return s.udpInput(f[:link.EthernetHeaderLen+tot], ip, ihl, src, dst, ip[1], ip[8], 0)
+	case 1:
+		if s.cfg.Mode == ModeTAP {
+			s.icmp4Input(f[:link.EthernetHeaderLen+tot], ip, ihl)
+			return RxPacket{}, false
+		}
+	}
+	s.ctr.NonRoCE.Add(1)
+	return RxPacket{}, false
+}
+
+func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
+	ip := f[link.EthernetHeaderLen:]
+	if len(ip) < 40 || ip[0]>>4 != 6 {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	plen := int(be.Uint16(ip[4:]))
+	if 40+plen > len(ip) {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	ip = ip[:40+plen]
+	f = f[:link.EthernetHeaderLen+len(ip)]
+	src := netip.AddrFrom16([16]byte(ip[8:24]))
+	dst := netip.AddrFrom16([16]byte(ip[24:40]))
+	mine := s.addrs.Load().has(dst)
+	w := be.Uint32(ip[0:])
+	switch ip[6] {
+	case 17:
+		if mine {
+			return s.udpInput(f, ip, 40, src, dst, uint8(w>>20), ip[7], w&0xfffff)
+		}
+	case 58:
+		if s.cfg.Mode == ModeTAP && (mine || dst.IsMulticast()) {
+			s.icmp6Input(f, ip, src, dst, mine)
+			return RxPacket{}, false
+		}
+	}
+	if !mine && !dst.IsMulticast() {
+		s.ctr.NotForUs.Add(1)
+	} else {
+		s.ctr.NonRoCE.Add(1)
+	}
+	return RxPacket{}, false
+}
+
+// udpInput checks a UDP datagram to one of our addresses and returns it if
+// it is a good RoCEv2 packet. ip ends where the datagram ends.
+func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uint8, flow uint32) (RxPacket, bool) {
+	udp := ip[ihl:]
+	if len(udp) < wire.UDPHeaderLen || int(be.Uint16(udp[4:])) != len(udp) {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	if be.Uint16(udp[2:]) != RoCEPort {
+		s.ctr.NonRoCE.Add(1)
+		return RxPacket{}, false
+	}
+	if s.cfg.Tap != nil {
+		_ = s.cfg.Tap.WriteFrame(f)
+	}
+	// A zero checksum means none (IPv4; IPv6 too, as rxe's tunnel socket
+	// sets no_check6_rx).
+	if be.Uint16(udp[6:]) != 0 && l4Checksum(src, dst, 17, udp) != 0 {
+		s.ctr.BadUDPChecksum.Add(1)
+		return RxPacket{}, false
+	}
+	if len(udp) < wire.UDPHeaderLen+wire.BTHLen+wire.ICRCLen {
+		s.ctr.Malformed.Add(1)
+		return RxPacket{}, false
+	}
+	if wire.VerifyICRC(ip) != nil {
+		s.ctr.ICRCErrors.Add(1)
+		return RxPacket{}, false
+	}
+	s.ctr.RoCEIn.Add(1)
+	return RxPacket{
+		Frame:        f,
+		IPHeader:     ip[:ihl:ihl],
+		Transport:    udp[wire.UDPHeaderLen:],
+		Src:          src,
+		Dst:          dst,
+		SrcPort:      be.Uint16(udp[0:]),
+		TrafficClass: tc,
+		HopLimit:     hop,
+		FlowLabel:    flow,
+	}, true
+}

@@ -1,0 +1,321 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/link"
+)
+
+// Mode says who owns the interface's L2/L3 control plane.
+type Mode int
+
+const (
+	// ModeTAP: the stack is the whole host on its link. It answers ARP,
+	// IPv6 ND and ICMP/ICMPv6 echo for its addresses and resolves peers
+	// itself.
+	ModeTAP Mode = iota
+	// ModeRaw: the kernel owns the interface (AF_PACKET on an existing
+	// NIC). The stack uses the interface's own addresses and the kernel's
+	// neighbour table (netlink), and keeps the kernel from answering UDP
+	// 4791 with ICMP port unreachable.
+	ModeRaw
+)
+
+func (m Mode) String() string {
+	if m == ModeRaw {
+		return "raw"
+	}
+	return "tap"
+}
+
+// FrameTap receives a copy of every RoCEv2 frame sent and received
+// (pcapfile.Writer is one). WriteFrame must not keep frame.
+type FrameTap interface {
+	WriteFrame(frame []byte) error
+}
+
+// Config configures New.
+type Config struct {
+	Link link.Link
+	Mode Mode
+	// MAC is the source of every frame and the address ARP/ND answer with.
+	// Default: Link.HardwareAddr().
+	MAC net.HardwareAddr
+	// Addrs are the NIC's addresses in TAP mode (IPv4 and IPv6). The
+	// link-local fe80::/64 address from the MAC's EUI-64 is always added.
+	// Ignored in raw mode, where the interface's addresses are used.
+	Addrs []netip.Prefix
+	// Deliver receives each batch of good RoCEv2 packets, on the Run
+	// goroutine. See RxPacket for buffer ownership. Nil drops them.
+	Deliver func(pkts []RxPacket)
+	// OnAddrs is called with the full address list (link-local included)
+	// at New and after every change (SetAddrs; netlink in raw mode). The
+	// daemon wires it to gid.Table.Sync.
+	OnAddrs func(addrs []netip.Addr)
+	// Tap, if set, sees every RoCEv2 frame sent and received.
+	Tap   FrameTap
+	Neigh NeighConfig
+	Clock Clock // default SystemClock
+	// HopLimit used when a Dest leaves it 0; default 64.
+	HopLimit uint8
+	// ZeroUDP6Checksum sends IPv6 UDP checksum 0, as kernel rxe does (its
+	// tunnel socket accepts 0). By default the checksum is computed, which
+	// every receiver accepts.
+	ZeroUDP6Checksum bool
+	// NetNS (raw mode): the network namespace the interface lives in, for
+	// netlink and the UDP 4791 guard sockets. Zero or netns.None(): the
+	// caller's.
+	NetNS  netns.NsHandle
+	Logger *slog.Logger
+}
+
+// Stack is the L2/L3 layer of one NIC port over a Link.
+type Stack struct {
+	cfg   Config
+	link  link.Link
+	mac   [6]byte
+	mtu   int
+	clock Clock
+	log   *slog.Logger
+	neigh *neighTable
+	addrs atomic.Pointer[addrSet]
+	ctr   Counters
+	kern  *kernel // raw mode
+
+	txPool sync.Pool // *[][]byte scratch for Send
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// addrSet is an immutable snapshot of the NIC's addresses.
+type addrSet struct {
+	prefixes []netip.Prefix
+	list     []netip.Addr // unzoned, link-local first
+}
+
+func (s *addrSet) has(a netip.Addr) bool {
+	for _, x := range s.list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// first returns the first address of a's family, preferring a global
+// IPv6 source unless dst is link-local.
+func (s *addrSet) source(dst netip.Addr) (netip.Addr, bool) {
+	var ll netip.Addr
+	for _, x := range s.list {
+		if x.Is4() != dst.Is4() {
+			continue
+		}
+		if x.Is6() && x.IsLinkLocalUnicast() != dst.IsLinkLocalUnicast() {
+			if !ll.IsValid() {
+				ll = x
+			}
+			continue
+		}
+		return x, true
+	}
+	return ll, ll.IsValid()
+}
+
+// New builds a stack over cfg.Link. In raw mode it also reads the
+// interface's addresses and neighbours, subscribes to their changes and
+// binds the UDP 4791 guard; those can fail, so errors come from here. The
+// link is not read until Run.
+func New(cfg Config) (*Stack, error) {
+	if cfg.Link == nil {
+		return nil, errors.New("netstack: no link")
+	}
+	if cfg.MAC == nil {
+		cfg.MAC = cfg.Link.HardwareAddr()
+	}
+	if len(cfg.MAC) != 6 || cfg.MAC[0]&1 != 0 {
+		return nil, fmt.Errorf("netstack: MAC %v is not a unicast Ethernet address", cfg.MAC)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.HopLimit == 0 {
+		cfg.HopLimit = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Stack{
+		cfg:   cfg,
+		link:  cfg.Link,
+		mtu:   cfg.Link.MTU(),
+		clock: cfg.Clock,
+		log:   cfg.Logger.With("link", cfg.Link.Name()),
+		done:  make(chan struct{}),
+	}
+	copy(s.mac[:], cfg.MAC)
+	s.neigh = newNeighTable(cfg.Neigh, cfg.Clock, &s.ctr)
+	s.neigh.flush = s.flushQueued
+	s.txPool.New = func() any { b := make([][]byte, 0, 64); return &b }
+	switch cfg.Mode {
+	case ModeTAP:
+		s.neigh.solicit = s.sendSolicit
+		if err := s.SetAddrs(cfg.Addrs); err != nil {
+			return nil, err
+		}
+	case ModeRaw:
+		s.neigh.kernel = true
+		k, err := openKernel(s, cfg.Link.Name(), cfg.NetNS)
+		if err != nil {
+			return nil, err
+		}
+		s.kern = k
+		s.neigh.solicit = func(p probe) { k.trigger(p.ip) }
+		s.neigh.recheck = k.lookup
+	default:
+		return nil, fmt.Errorf("netstack: unknown mode %d", cfg.Mode)
+	}
+	return s, nil
+}
+
+// SetAddrs replaces the NIC's addresses (TAP mode; raw mode follows the
+// kernel). The EUI-64 link-local address is always kept.
+func (s *Stack) SetAddrs(prefixes []netip.Prefix) error {
+	if s.cfg.Mode == ModeRaw && s.kern != nil {
+		return errors.New("netstack: raw mode follows the interface's addresses")
+	}
+	return s.setAddrs(prefixes)
+}
+
+func (s *Stack) setAddrs(prefixes []netip.Prefix) error {
+	ll := netip.PrefixFrom(gid.LinkLocal(net.HardwareAddr(s.mac[:])), 64)
+	set := &addrSet{prefixes: []netip.Prefix{ll}, list: []netip.Addr{ll.Addr()}}
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return fmt.Errorf("netstack: invalid address %v", p)
+		}
+		a := p.Addr().WithZone("").Unmap()
+		if a.IsMulticast() || a.IsUnspecified() || a.IsLoopback() {
+			return fmt.Errorf("netstack: %v cannot be a NIC address", p)
+		}
+		if set.has(a) {
+			continue
+		}
+		set.prefixes = append(set.prefixes, netip.PrefixFrom(a, p.Bits()))
+		set.list = append(set.list, a)
+	}
+	old := s.addrs.Swap(set)
+	if s.cfg.OnAddrs != nil && (old == nil || !slices.Equal(old.list, set.list)) {
+		s.cfg.OnAddrs(slices.Clone(set.list))
+	}
+	return nil
+}
+
+// Addrs returns the current addresses, link-local first.
+func (s *Stack) Addrs() []netip.Prefix { return slices.Clone(s.addrs.Load().prefixes) }
+
+// MAC is the stack's Ethernet address.
+func (s *Stack) MAC() net.HardwareAddr { return slices.Clone(s.mac[:]) }
+
+// Mode reports the stack's mode.
+func (s *Stack) Mode() Mode { return s.cfg.Mode }
+
+// Counters returns the live counters.
+func (s *Stack) Counters() *Counters { return &s.ctr }
+
+// Neighbor reports the cached MAC of an on-link address (resolved entries
+// only).
+func (s *Stack) Neighbor(ip netip.Addr) (net.HardwareAddr, bool) {
+	mac, st, ok := s.neigh.get(ip.WithZone("").Unmap())
+	if !ok || st == nIncomplete {
+		return nil, false
+	}
+	return slices.Clone(mac[:]), true
+}
+
+// Resolve starts resolving ip without sending anything else (e.g. when a
+// QP gets its path), so the first packets need not wait.
+func (s *Stack) Resolve(ip netip.Addr) {
+	ip = ip.WithZone("").Unmap()
+	if ip.IsValid() && !ip.IsMulticast() {
+		s.neigh.resolve(ip)
+	}
+}
+
+// Run reads the link until ctx is cancelled or the link is closed, and
+// handles every frame: ARP/ND/echo in TAP mode, RoCEv2 to Deliver. On
+// cancellation it closes the link to interrupt the blocked read. It returns
+// nil on cancellation or link close, else the link's error. Run must be
+// called once.
+func (s *Stack) Run(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.link.Close() })
+	defer stop()
+	if s.cfg.Mode == ModeTAP {
+		s.announce()
+	}
+	n := s.link.BatchSize()
+	bufs := make([][]byte, n)
+	sizes := make([]int, n)
+	for i := range bufs {
+		// Room for a VLAN tag's worth of slack beyond the MTU so an
+		// oversized frame shows as oversized, not truncated.
+		bufs[i] = make([]byte, link.EthernetHeaderLen+s.mtu+4)
+	}
+	rx := make([]RxPacket, 0, n)
+	for {
+		k, err := s.link.Read(bufs, sizes, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		rx = rx[:0]
+		for i := range k {
+			s.ctr.FramesIn.Add(1)
+			if pkt, ok := s.input(bufs[i][:sizes[i]]); ok {
+				rx = append(rx, pkt)
+			}
+		}
+		if len(rx) > 0 && s.cfg.Deliver != nil {
+			s.cfg.Deliver(rx)
+		}
+	}
+}
+
+// Close stops timers and (raw mode) the netlink watchers and guard
+// sockets. It does not close the link, which belongs to the caller.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.neigh.stop()
+		if s.kern != nil {
+			s.kern.close()
+		}
+	})
+	return nil
+}
+
+// write sends control frames (ARP, ND, echo replies).
+func (s *Stack) write(frames ...[]byte) {
+	n, err := s.link.Write(frames, 0)
+	s.ctr.FramesOut.Add(uint64(n))
+	if err != nil {
+		s.ctr.TxErrors.Add(uint64(len(frames) - n))
+		s.log.Debug("write failed", "err", err)
+	}
+}
