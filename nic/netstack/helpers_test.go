@@ -63,11 +63,10 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 			for _, p := range pkts {
 				// Copy: the buffers are reused after Deliver returns.
 				f := append([]byte(nil), p.Frame...)
-				off := func(s []byte) int { return cap(p.Frame) - cap(s) }
 				q := p
 				q.Frame = f
-				q.IPHeader = f[off(p.IPHeader) : off(p.IPHeader)+len(p.IPHeader)]
-				q.Transport = f[off(p.Transport) : off(p.Transport)+len(p.Transport)]
+				q.IPHeader = f[14 : 14+len(p.IPHeader)]
+				q.Transport = f[len(f)-len(p.Transport):]
 				h.rx <- q
 			}
 		},
