@@ -1,0 +1,361 @@
+package netstack
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// runStack runs st until the test ends.
+func runStack(t *testing.T, st *Stack) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		st.Close()
+	})
+}
+
+func deliverTo(ch chan RxPacket) func([]RxPacket) {
+	return func(pkts []RxPacket) {
+		for _, p := range pkts {
+			q := p
+			q.Transport = append([]byte(nil), p.Transport...)
+			q.Frame, q.IPHeader = nil, nil
+			select {
+			case ch <- q:
+			default:
+			}
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestTAPModeInNetns: a stack on a TAP in namespace A, bridged to a veth
+// whose peer is in namespace B. B pings it (IPv4 and link-local IPv6), the
+// stack resolves B, a UDP datagram from a socket in B reaches Deliver, and a
+// packet from the stack reaches a UDP socket in B.
+func TestTAPModeInNetns(t *testing.T) {
+	linktest.RequireRoot(t)
+	nsA, nsB := linktest.NewNS(t, "nsa"), linktest.NewNS(t, "nsb")
+	tapName, br, va, vb := linktest.UniqueName("tp"), linktest.UniqueName("br"), linktest.UniqueName("va"), linktest.UniqueName("vb")
+	var tap *link.TAP
+	if err := nsA.Do(func() (err error) {
+		tap, err = link.OpenTAP(link.TAPConfig{Name: tapName, MTU: 1500})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tap.Close() })
+	linktest.VethPair(t, nsA, va, nsB, vb)
+	nsA.Exec(t, "ip", "link", "add", br, "type", "bridge")
+	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
+	nsA.Exec(t, "ip", "link", "set", va, "master", br)
+	nsA.Exec(t, "ip", "link", "set", br, "up")
+	nsB.Exec(t, "ip", "addr", "add", "192.0.2.20/24", "dev", vb)
+
+	rx := make(chan RxPacket, 16)
+	st, err := New(Config{Link: tap, Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}, Deliver: deliverTo(rx)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStack(t, st)
+
+	out := nsB.Exec(t, "ping", "-c", "2", "-W", "2", "192.0.2.10")
+	if !strings.Contains(out, "2 received") {
+		t.Fatalf("IPv4 ping: %s", out)
+	}
+	ll := gid.LinkLocal(tap.HardwareAddr())
+	out = nsB.Exec(t, "ping", "-6", "-c", "2", "-W", "2", ll.String()+"%"+vb)
+	if !strings.Contains(out, "2 received") {
+		t.Fatalf("IPv6 link-local ping: %s", out)
+	}
+
+	nlB := nsB.Netlink(t)
+	l, err := nlB.LinkByName(vb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bMAC := l.Attrs().HardwareAddr
+	bIP := netip.MustParseAddr("192.0.2.20")
+	nsB.Exec(t, "ip", "neigh", "flush", "dev", vb) // nothing cached in B either
+	st.Resolve(bIP)
+	waitFor(t, "the stack to resolve B", func() bool {
+		m, ok := st.Neighbor(bIP)
+		return ok && m.String() == bMAC.String()
+	})
+
+	// B → stack: a kernel UDP socket (unconnected, DF: IPv4 ID 0) carrying
+	// a RoCE packet whose ICRC the test computes for the header the kernel
+	// will build. The kernel also fills in a UDP checksum, which the stack
+	// verifies.
+	me := netip.MustParseAddr("192.0.2.10")
+	const sport = 50123
+	tp := make([]byte, wire.BTHLen+16+wire.ICRCLen)
+	bth := wire.BTH(tp)
+	bth.SetOpcode(0x04)
+	bth.SetPKey(0xffff)
+	bth.SetDestQP(0x42)
+	pseudo := make([]byte, 28+len(tp))
+	pseudo[0] = 0x45
+	binary.BigEndian.PutUint16(pseudo[2:], uint16(len(pseudo)))
+	binary.BigEndian.PutUint16(pseudo[6:], 0x4000)
+	pseudo[9] = 17
+	copy(pseudo[12:], bIP.AsSlice())
+	copy(pseudo[16:], me.AsSlice())
+	binary.BigEndian.PutUint16(pseudo[20:], sport)
+	binary.BigEndian.PutUint16(pseudo[22:], RoCEPort)
+	binary.BigEndian.PutUint16(pseudo[24:], uint16(8+len(tp)))
+	copy(pseudo[28:], tp)
+	if err := wire.PutICRC(pseudo); err != nil {
+		t.Fatal(err)
+	}
+	copy(tp, pseudo[28:])
+	var recvB *net.UDPConn
+	if err := nsB.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: sport, Addr: bIP.As4()}); err != nil {
+			return err
+		}
+		if err := unix.Sendto(fd, tp, 0, &unix.SockaddrInet4{Port: RoCEPort, Addr: me.As4()}); err != nil {
+			return err
+		}
+		recvB, err = net.ListenUDP("udp4", &net.UDPAddr{IP: bIP.AsSlice(), Port: RoCEPort})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer recvB.Close()
+	select {
+	case p := <-rx:
+		if p.Src != bIP || p.Dst != me || p.SrcPort != sport || string(p.Transport) != string(tp) {
+			t.Fatalf("delivered %+v", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("UDP datagram from B not delivered; counters %v", st.Counters().Map())
+	}
+
+	// stack → B: the kernel's UDP stack in B accepts our headers.
+	buf := transport(40)
+	d := &Dest{Dst: bIP, SrcPort: 0xc123, HopLimit: 1}
+	if _, err := st.Send([]TxPacket{{Buf: buf, Offset: Headroom, Dest: d}}); err != nil {
+		t.Fatal(err)
+	}
+	recvB.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 2048)
+	n, from, err := recvB.ReadFromUDP(got)
+	if err != nil {
+		t.Fatalf("B's UDP socket got nothing: %v", err)
+	}
+	if from.Port != 0xc123 || from.IP.String() != "192.0.2.10" || string(got[:n]) != string(buf[Headroom:]) {
+		t.Fatalf("B received %d bytes from %v", n, from)
+	}
+}
+
+// TestRawModeInNetns: a raw-mode stack on a veth in namespace R1. Frames
+// from the peer in R2 are delivered and draw no ICMP port unreachable (they
+// did before the stack started: the control), the stack follows address
+// changes, and a packet it sends after the kernel resolves R2 appears on
+// R2's wire with a correct ICRC.
+func TestRawModeInNetns(t *testing.T) {
+	linktest.RequireRoot(t)
+	r1, r2 := linktest.NewNS(t, "nr1"), linktest.NewNS(t, "nr2")
+	v1, v2 := linktest.UniqueName("r1"), linktest.UniqueName("r2")
+	linktest.VethPair(t, r1, v1, r2, v2)
+	r1.Exec(t, "ip", "addr", "add", "198.51.100.1/24", "dev", v1)
+	r2.Exec(t, "ip", "addr", "add", "198.51.100.2/24", "dev", v2)
+	ip1, ip2 := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")
+	l1, err := r1.Netlink(t).LinkByName(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac1 := l1.Attrs().HardwareAddr
+
+	// R2's capture/injection socket (no filter).
+	var capt *link.Raw
+	if err := r2.Do(func() (err error) {
+		capt, err = link.OpenRaw(link.RawConfig{Interface: v2})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { capt.Close() })
+	frames := make(chan []byte, 256)
+	go func() {
+		bufs := [][]byte{make([]byte, 2048)}
+		sizes := []int{0}
+		for {
+			if _, err := capt.Read(bufs, sizes, 0); err != nil {
+				return
+			}
+			select {
+			case frames <- append([]byte(nil), bufs[0][:sizes[0]]...):
+			default:
+			}
+		}
+	}()
+	// A RoCE frame from R2 to R1, built by a scratch stack.
+	cl := newCaptureLink(capt.HardwareAddr())
+	b, err := New(Config{Link: cl, Addrs: []netip.Prefix{netip.MustParsePrefix("198.51.100.2/24")}, Clock: NewManualClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.neigh.confirm(ip1, [6]byte(mac1), true)
+	for range 4 {
+		if _, err := b.Send([]TxPacket{{Buf: transport(24), Offset: Headroom, Dest: &Dest{Dst: ip1, SrcPort: 0xc777}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roce := cl.frames[0]
+	inject := func() {
+		if _, err := capt.Write([][]byte{roce}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isUnreach := func(f []byte) bool {
+		return len(f) >= 14+20+8 && binary.BigEndian.Uint16(f[12:]) == 0x0800 && f[23] == 1 &&
+			f[14+int(f[14]&0xf)*4] == 3 && f[14+int(f[14]&0xf)*4+1] == 3
+	}
+	drain := func(d time.Duration) (unreach int, got [][]byte) {
+		end := time.After(d)
+		for {
+			select {
+			case f := <-frames:
+				if isUnreach(f) {
+					unreach++
+				}
+				got = append(got, f)
+			case <-end:
+				return
+			}
+		}
+	}
+	// Control: without the stack the kernel answers port unreachable.
+	inject()
+	if u, _ := drain(time.Second); u == 0 {
+		t.Fatal("control failed: no ICMP port unreachable without the stack (capture broken?)")
+	}
+
+	var raw *link.Raw
+	if err := r1.Do(func() (err error) {
+		raw, err = link.OpenRaw(link.RawConfig{Interface: v1, Filter: link.RoCEFilter()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	rx := make(chan RxPacket, 16)
+	var addrs []netip.Addr
+	addrc := make(chan []netip.Addr, 16)
+	st, err := New(Config{Link: raw, Mode: ModeRaw, NetNS: r1.Handle, Deliver: deliverTo(rx),
+		OnAddrs: func(a []netip.Addr) { addrc <- a }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStack(t, st)
+	addrs = <-addrc
+	if len(addrs) < 2 || addrs[0] != gid.LinkLocal(mac1) || !containsAddr(addrs, ip1) {
+		t.Fatalf("raw-mode addresses %v", addrs)
+	}
+
+	for range 3 {
+		inject()
+	}
+	for i := range 3 {
+		select {
+		case p := <-rx:
+			if p.Src != ip2 || p.Dst != ip1 || p.SrcPort != 0xc777 {
+				t.Fatalf("delivered %+v", p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("frame %d not delivered; counters %v", i, st.Counters().Map())
+		}
+	}
+	if u, _ := drain(500 * time.Millisecond); u != 0 {
+		t.Fatalf("kernel sent %d ICMP port unreachable with the stack running", u)
+	}
+
+	// The stack follows the interface's addresses.
+	r1.Exec(t, "ip", "addr", "add", "198.51.100.7/24", "dev", v1)
+	waitFor(t, "the new address", func() bool {
+		for {
+			select {
+			case a := <-addrc:
+				addrs = a
+			default:
+				return containsAddr(addrs, netip.MustParseAddr("198.51.100.7"))
+			}
+		}
+	})
+
+	// Send to R2 with no kernel neighbour entry: the stack asks the kernel,
+	// which ARPs; the queued packet then goes out.
+	r1.Exec(t, "ip", "neigh", "flush", "dev", v1)
+	buf := transport(100)
+	if n, err := st.Send([]TxPacket{{Buf: buf, Offset: Headroom, Dest: &Dest{Dst: ip2, SrcPort: 0xc999, HopLimit: 3}}}); n != 1 || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case f := <-frames:
+			if len(f) < 42 || binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[23] != 17 || binary.BigEndian.Uint16(f[36:]) != RoCEPort {
+				continue
+			}
+			ip := f[14 : 14+int(binary.BigEndian.Uint16(f[16:]))]
+			if err := wire.VerifyICRC(ip); err != nil {
+				t.Fatalf("ICRC on the wire: %v", err)
+			}
+			if net.HardwareAddr(f[0:6]).String() != capt.HardwareAddr().String() || netip.AddrFrom4([4]byte(ip[12:16])) != ip1 ||
+				string(ip[28:]) != string(buf[Headroom:]) {
+				t.Fatalf("wrong frame on the wire % x", f)
+			}
+			if st.Counters().NeighMisses.Load() == 0 {
+				t.Error("expected a neighbour miss (entry was flushed)")
+			}
+			return
+		case <-deadline:
+			t.Fatalf("no RoCE frame on R2's wire; counters %v", st.Counters().Map())
+		}
+	}
+}
+
+func containsAddr(l []netip.Addr, a netip.Addr) bool {
+	for _, x := range l {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
