@@ -61,7 +61,8 @@ type Config struct {
 	Deliver func(pkts []RxPacket)
 	// OnAddrs is called with the full address list (link-local included)
 	// at New and after every change (SetAddrs; netlink in raw mode). The
-	// daemon wires it to gid.Table.Sync.
+	// daemon wires it to gid.Table.Sync. In raw mode it is called from a
+	// netlink goroutine, concurrently with Run and Send.
 	OnAddrs func(addrs []netip.Addr)
 	// Tap, if set, sees every RoCEv2 frame sent and received.
 	Tap   FrameTap
