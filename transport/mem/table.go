@@ -170,9 +170,11 @@ type indexAlloc struct {
 }
 
 func newIndexAlloc(lo, hi uint32, max int) indexAlloc {
-	return indexAlloc{lo: lo, hi: hi, next: lo, used: make([]uint64, (hi-lo+1+63)/64), max: max}
+	return indexAlloc{lo: lo, hi: hi, next: lo, max: max}
 }
 
+// alloc finds the next free index from a.next. The bitmap grows only as far
+// as indices have been handed out; words past its end are all free.
 func (a *indexAlloc) alloc() (uint32, bool) {
 	if a.n >= a.max {
 		return 0, false
@@ -180,7 +182,10 @@ func (a *indexAlloc) alloc() (uint32, bool) {
 	span := a.hi - a.lo + 1
 	i := a.next - a.lo
 	for range span {
-		w, bit := i/64, uint64(1)<<(i%64)
+		w, bit := int(i/64), uint64(1)<<(i%64)
+		if w >= len(a.used) {
+			a.used = append(a.used, make([]uint64, w+1-len(a.used))...)
+		}
 		if a.used[w]&bit == 0 {
 			a.used[w] |= bit
 			a.n++
