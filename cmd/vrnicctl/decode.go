@@ -440,10 +440,11 @@ func (r *record) human() string {
 		fmt.Fprintf(&b, " %s:%d > %s", a.Src, a.Sport, a.Dst)
 	}
 	if h := r.bthInfo; h != nil {
-		fmt.Fprintf(&b, " %s qp=0x%06x psn=%d ack=%d len=%d", h.Opcode, h.DQPN, h.PSN, b2i(h.AckReq), h.afterBTH)
+		fmt.Fprintf(&b, " %s qp=0x%06x psn=%d ack=%d", h.Opcode, h.DQPN, h.PSN, b2i(h.AckReq))
 	}
 	if t := r.tailInfo; t != nil {
-		fmt.Fprintf(&b, " icrc=%s %s", t.ICRCWire, t.ICRC)
+		// The packet's extent is known only with the tail.
+		fmt.Fprintf(&b, " len=%d icrc=%s %s", r.afterBTH, t.ICRCWire, t.ICRC)
 		if t.PayloadLen != nil {
 			fmt.Fprintf(&b, " payload=%d", *t.PayloadLen)
 		}

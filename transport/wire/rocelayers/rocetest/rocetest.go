@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -20,14 +19,25 @@ import (
 	"github.com/google/gopacket/pcapgo"
 )
 
-// Dir is the absolute path of testdata/roce, found from this source file so
-// that tests in any package can use it.
+// Dir is the absolute path of testdata/roce at the module root, found by
+// walking up from the working directory (a test's package directory) to
+// go.mod, so tests in any package can use it.
 func Dir() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("rocetest: cannot locate source file")
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
 	}
-	d := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "testdata", "roce")
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			break
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", errors.New("rocetest: no go.mod above the working directory")
+		}
+		d = up
+	}
+	d = filepath.Join(d, "testdata", "roce")
 	if _, err := os.Stat(filepath.Join(d, "README.md")); err != nil {
 		return "", fmt.Errorf("rocetest: golden captures not found: %w", err)
 	}
