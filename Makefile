@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 3s
 PKGS      := ./...
 
-.PHONY: all build test check vet fmt unit fuzz bench clean
+.PHONY: all build test check vet fmt unit long fuzz bench clean
 
 all: build
 
@@ -12,7 +12,7 @@ build:
 
 # test: formatting, vet, then every test under the race detector. Tests that
 # need root (network namespaces, TAP) skip with a message when not root.
-test: check unit
+test: check unit long
 
 check: fmt vet
 
@@ -25,6 +25,11 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+# long: the transport's fault-injection runs at full size; under -race they
+# run shrunk, so they also run once without it.
+long:
+	$(GO) test -count=1 -run 'UnderFaults|Lossless|SeedScenario' ./transport/
 
 # fuzz: every Fuzz target for FUZZTIME each (CI runs this after test).
 fuzz:

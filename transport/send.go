@@ -91,7 +91,6 @@ type sendSide struct {
 
 	inRetry   bool // a retry from retryFrom started and no progress since
 	retryFrom wire.PSN
-	readInMsg bool // inside a multi-packet read response
 
 	stopIssue bool // an errored WQE is waiting for its in-order completion
 	drained   bool // SQ drained event sent for this SQD
@@ -162,7 +161,7 @@ func (ss *sendSide) reset() {
 	ss.head, ss.issue, ss.net, ss.tail = 0, 0, 0, 0
 	ss.rdInFlight, ss.noAck = 0, 0
 	ss.deadline, ss.rnrWake = time.Time{}, time.Time{}
-	ss.inRetry, ss.readInMsg, ss.stopIssue, ss.drained = false, false, false, false
+	ss.inRetry, ss.stopIssue, ss.drained = false, false, false
 	ss.state = StateReset
 }
 
@@ -767,7 +766,6 @@ func (ss *sendSide) retry(from wire.PSN) {
 	ss.inRetry = true
 	ss.retryFrom = from
 	ss.noAck = 0
-	ss.readInMsg = false
 	found := false
 	for i := ss.head; i < ss.issue; i++ {
 		w := ss.slot(i)
@@ -908,11 +906,18 @@ func (q *QP) HandleResponse(p *RxPacket) {
 		ss.finish(w, WCSuccess)
 		progress = true
 	}
-	if psn.After(ss.comp) {
-		ss.comp = psn
-		progress = true
-	}
+	advanced := progress
 	w := ss.oldestActive()
+	// PSNs before psn inside a READ count as acknowledged only as far as
+	// its responses have arrived, inside an atomic not at all.
+	limit := psn
+	if w != nil && !psn.Before(w.firstPSN) && !w.sendWrite() {
+		limit = w.firstPSN.Add(w.rcvd)
+	}
+	if limit.After(ss.comp) {
+		ss.comp = limit
+		progress, advanced = true, true
+	}
 	if w == nil || psn.Before(w.firstPSN) {
 		ss.after(s, now, progress, rnr)
 		return
@@ -950,6 +955,9 @@ func (q *QP) HandleResponse(p *RxPacket) {
 				q.inc(RcvdSeqErr)
 				if !ss.rnrWake.IsZero() || (ss.inRetry && ss.retryFrom == psn) {
 					break // already waiting out an RNR, or already resending from there
+				}
+				if advanced {
+					ss.retryLeft = s.attr.RetryCnt // forward progress resets the count
 				}
 				if ss.retryLeft == 0 {
 					q.inc(RetryExceededErr)
@@ -1011,20 +1019,16 @@ func (ss *sendSide) readResponse(s *qpSnap, w *swqe, p *RxPacket, psn wire.PSN, 
 	}
 	expected := w.firstPSN.Add(w.rcvd)
 	switch {
-	case psn.After(expected):
-		// A response packet went missing: ask again from there now rather
-		// than wait for the timer.
-		if !(ss.inRetry && ss.retryFrom == expected) {
-			ss.q.inc(CompleterRetryErr)
-			ss.retry(expected)
-		}
-		return false
-	case psn.Before(expected):
+	case psn != expected:
+		// A gap may be reordering as well as loss: resending on every gap
+		// would multiply traffic on a reordering path, so a missing response
+		// packet is left to a later response or the retransmit timer, as
+		// kernel rxe does.
 		return false
 	}
 	start := op == wire.RCRDMAReadResponseFirst || op == wire.RCRDMAReadResponseOnly
-	if !start && !ss.readInMsg {
-		return false // MIDDLE/LAST of a response we did not see begin
+	if !start && w.rcvd == 0 {
+		return false // MIDDLE/LAST cannot begin a READ's data
 	}
 	mtu := uint64(s.mtu)
 	off := uint64(w.rcvd) * mtu
@@ -1038,7 +1042,6 @@ func (ss *sendSide) readResponse(s *qpSnap, w *swqe, p *RxPacket, psn wire.PSN, 
 	ss.scatter(w, off, p.Payload)
 	w.rcvd++
 	ss.comp = psn.Add(1)
-	ss.readInMsg = !end
 	if end {
 		ss.finish(w, WCSuccess)
 	}
