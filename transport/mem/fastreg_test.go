@@ -11,7 +11,7 @@ func TestAllocMR_StartsFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in, _ := f.tab.Query(mr); in.State != StateFree || in.Kind != KindFastMR || in.MaxPages != 8 {
+	if in, _ := f.tab.Query(mr); in.State != StateFree || in.Kind != ObjFastMR || in.MaxPages != 8 {
 		t.Fatalf("%+v", in)
 	}
 	wantKind(t, f.remote(1, mr, 0, 8, RemoteRead), KindWrongState)

@@ -103,7 +103,7 @@ func (t *Table) remoteMW(pd PD, qpn, rkey uint32, va, length uint64, access Acce
 		if s.pd != pd {
 			return Ref{}, mkerr(OpRemote, KindWrongPD)
 		}
-		if s.kind == KindMW2B && s.qpn != qpn {
+		if s.kind == ObjMW2B && s.qpn != qpn {
 			return Ref{}, mkerr(OpRemote, KindWrongQP)
 		}
 		if s.access&access != access {

@@ -64,7 +64,7 @@ func (m *model) live(key uint32) *mObj {
 
 // byteAt is where an MR's IOVA x lives.
 func (o *mObj) byteAt(x uint64) (*SliceBacking, uint64) {
-	if o.kind == KindUserMR {
+	if o.kind == ObjUserMR {
 		return o.b, o.off + (x - o.iova)
 	}
 	rel := o.iova%o.ps + (x - o.iova)
@@ -370,7 +370,7 @@ func (mt *mtest) opRegMR() {
 		if !IsMRKey(key) {
 			mt.fail("MR key %#x outside the MR range", key)
 		}
-		mt.newObj(key, &mObj{pd: pd, kind: KindUserMR, state: StateValid, access: cleanAccess(a),
+		mt.newObj(key, &mObj{pd: pd, kind: ObjUserMR, state: StateValid, access: cleanAccess(a),
 			iova: iova, length: length, b: b, off: off})
 		mt.m.nMR++
 	}
@@ -404,7 +404,7 @@ func (mt *mtest) opReregMR() {
 	flags := ReregFlags(mt.r.IntN(9))
 	nw := Rereg{PD: mt.pd(), Backing: mt.backing(), Offset: mt.pick(0, 8, 4000), Length: mt.pick(0, 8, 96, 4096),
 		IOVA: mt.pick(0, 0x1000, math.MaxUint64-7), Access: mt.access(mrAccessMask)}
-	if o := mt.some(func(o *mObj) bool { return o.kind == KindUserMR }); o != nil && mt.valid() {
+	if o := mt.some(func(o *mObj) bool { return o.kind == ObjUserMR }); o != nil && mt.valid() {
 		pd, key, flags = o.pd, o.key, ReregFlags(1+mt.r.IntN(7))
 		nw.Access = mt.goodAccess()
 		nw.Length = 1 + mt.r.Uint64N(mBackSize)
@@ -437,7 +437,7 @@ func (mt *mtest) opReregMR() {
 	switch {
 	case flags == 0 || flags > 7:
 		want = syscall.EINVAL
-	case o == nil || !IsMRKey(key) || o.pd != pd || o.kind != KindUserMR:
+	case o == nil || !IsMRKey(key) || o.pd != pd || o.kind != ObjUserMR:
 		want = syscall.EINVAL
 	case o.numMW > 0:
 		want = syscall.EBUSY
@@ -482,7 +482,7 @@ func (mt *mtest) opAllocMR() {
 	}
 	mt.checkVerb("AllocMR", err, want)
 	if err == nil {
-		mt.newObj(key, &mObj{pd: pd, kind: KindFastMR, state: StateFree, maxPages: n})
+		mt.newObj(key, &mObj{pd: pd, kind: ObjFastMR, state: StateFree, maxPages: n})
 		mt.m.nMR++
 	}
 }
@@ -505,7 +505,7 @@ func (mt *mtest) opFastReg() {
 	span := uint64(len(pages))*ps - iova%ps
 	length := mt.pick(0, 1, 8, ps, span, span+1)
 	a := mt.access(mrAccessMask)
-	if o := mt.some(func(o *mObj) bool { return o.kind == KindFastMR && o.state == StateFree }); o != nil && mt.valid() {
+	if o := mt.some(func(o *mObj) bool { return o.kind == ObjFastMR && o.state == StateFree }); o != nil && mt.valid() {
 		pd, key = o.pd, WithKeyByte(o.key, uint8(mt.r.Uint32()))
 		ps = pow2s()[mt.r.IntN(4)]
 		pages = make([]Page, 1+mt.r.IntN(o.maxPages))
@@ -545,7 +545,7 @@ func (mt *mtest) opFastReg() {
 		ok = ok && p.Backing != nil && p.Offset+ps <= mBackSize
 	}
 	o := mt.m.live(key)
-	ok = ok && IsMRKey(key) && o != nil && o.kind == KindFastMR && o.pd == pd && o.state == StateFree && len(pages) <= o.maxPages
+	ok = ok && IsMRKey(key) && o != nil && o.kind == ObjFastMR && o.pd == pd && o.state == StateFree && len(pages) <= o.maxPages
 	mt.checkWR("FastReg", err, ok, ClassLocalQPOperation)
 	if err == nil {
 		o.gen++
@@ -557,9 +557,9 @@ func (mt *mtest) opFastReg() {
 func (mt *mtest) opInvalidate(remote bool) {
 	pd, qpn := mt.pd(), uint32(1+mt.r.IntN(3))
 	key := mt.objKey(-1)
-	if o := mt.some(func(o *mObj) bool { return o.state == StateValid && (o.kind == KindFastMR || o.kind == KindMW2B) }); o != nil && mt.valid() {
+	if o := mt.some(func(o *mObj) bool { return o.state == StateValid && (o.kind == ObjFastMR || o.kind == ObjMW2B) }); o != nil && mt.valid() {
 		pd, key = o.pd, o.key
-		if o.kind == KindMW2B {
+		if o.kind == ObjMW2B {
 			qpn = o.qpn
 		}
 	}
@@ -573,9 +573,9 @@ func (mt *mtest) opInvalidate(remote bool) {
 	o := mt.m.live(key)
 	ok := o != nil && o.key == key && o.pd == pd
 	if ok && IsMRKey(key) {
-		ok = o.kind == KindFastMR && o.numMW == 0
+		ok = o.kind == ObjFastMR && o.numMW == 0
 	} else if ok {
-		ok = o.kind == KindMW2B && o.state == StateValid && o.qpn == qpn
+		ok = o.kind == ObjMW2B && o.state == StateValid && o.qpn == qpn
 	}
 	class := ClassLocalQPOperation
 	if remote {
@@ -609,9 +609,9 @@ func (mt *mtest) opAllocMW() {
 		if !IsMWKey(key) {
 			mt.fail("MW key %#x outside the MW range", key)
 		}
-		o := &mObj{pd: pd, kind: KindMW1, state: StateValid}
+		o := &mObj{pd: pd, kind: ObjMW1, state: StateValid}
 		if typ == MWType2B {
-			o.kind, o.state = KindMW2B, StateFree
+			o.kind, o.state = ObjMW2B, StateFree
 		}
 		mt.newObj(key, o)
 		mt.m.nMW++
@@ -661,9 +661,9 @@ func (mt *mtest) opBind(wr bool) {
 	if mt.r.IntN(8) == 0 {
 		a |= LocalWrite
 	}
-	if o := mt.some(func(o *mObj) bool { return o.kind == KindMW1 || o.kind == KindMW2B && o.state == StateFree && wr }); o != nil && mt.valid() {
+	if o := mt.some(func(o *mObj) bool { return o.kind == ObjMW1 || o.kind == ObjMW2B && o.state == StateFree && wr }); o != nil && mt.valid() {
 		if mo := mt.some(func(m *mObj) bool {
-			return m.pd == o.pd && m.state == StateValid && m.access&MWBind != 0 && m.access&ZeroBased == 0 && (m.kind == KindUserMR || m.kind == KindFastMR)
+			return m.pd == o.pd && m.state == StateValid && m.access&MWBind != 0 && m.access&ZeroBased == 0 && (m.kind == ObjUserMR || m.kind == ObjFastMR)
 		}); mo != nil {
 			pd, key, mrKey = o.pd, NextKey(o.key), mo.key
 			addr = mo.iova + mt.r.Uint64N(mo.length)
@@ -672,10 +672,10 @@ func (mt *mtest) opBind(wr bool) {
 			if mo.access&LocalWrite == 0 {
 				a &^= RemoteWrite | RemoteAtomic
 			}
-			if o.kind == KindMW2B && mt.r.IntN(2) == 0 {
+			if o.kind == ObjMW2B && mt.r.IntN(2) == 0 {
 				a |= ZeroBased
 			}
-			if o.kind == KindMW1 && mt.r.IntN(8) == 0 {
+			if o.kind == ObjMW1 && mt.r.IntN(8) == 0 {
 				length = 0
 			}
 			if mt.mutate() {
@@ -706,7 +706,7 @@ func (mt *mtest) opBind(wr bool) {
 	o := mt.m.live(key)
 	ok := ca&^(RemoteRead|RemoteWrite|RemoteAtomic|ZeroBased|FlushGlobal|FlushPersistent) == 0 &&
 		IsMWKey(key) && o != nil && o.pd == pd
-	if ok && o.kind == KindMW1 {
+	if ok && o.kind == ObjMW1 {
 		ok = ca&ZeroBased == 0
 	} else if ok {
 		ok = wr && o.state == StateFree && length > 0
@@ -740,7 +740,7 @@ func (mt *mtest) opDetachQP() {
 	mt.logf("DetachQP(%d) -> %d", qpn, n)
 	want := 0
 	for _, o := range mt.m.objs {
-		if o.live && o.kind == KindMW2B && o.state == StateValid && o.qpn == qpn {
+		if o.live && o.kind == ObjMW2B && o.state == StateValid && o.qpn == qpn {
 			want++
 			mt.unbind(o)
 			o.state = StateFree
@@ -773,7 +773,7 @@ func (mt *mtest) expectRemote(pd PD, qpn, key uint32, va, length uint64, a Acces
 		}
 		mr, mrIova = o, va
 	} else {
-		if o.length == 0 || o.kind == KindMW2B && o.qpn != qpn {
+		if o.length == 0 || o.kind == ObjMW2B && o.qpn != qpn {
 			return false, ClassRemoteAccess, nil, 0
 		}
 		lo := o.iova
@@ -974,7 +974,7 @@ func (mt *mtest) checkAll() {
 		}
 		want := Info{Key: o.key, PD: o.pd, State: o.state, Kind: o.kind, Access: o.access, IOVA: o.iova,
 			Length: o.length, Gen: o.gen}
-		if o.kind == KindFastMR {
+		if o.kind == ObjFastMR {
 			want.MaxPages = o.maxPages
 			if o.state != StateValid {
 				want.Access, want.IOVA, want.Length = 0, 0, 0
@@ -985,7 +985,7 @@ func (mt *mtest) checkAll() {
 		}
 		if IsMWKey(o.key) && o.state == StateValid && o.length > 0 {
 			want.MRKey = mt.m.objs[o.mr].key
-			if o.kind == KindMW2B {
+			if o.kind == ObjMW2B {
 				want.QPN = o.qpn
 			}
 		}
@@ -1015,9 +1015,9 @@ func (mt *mtest) checkRefs() {
 	for _, o := range mt.m.objs {
 		switch {
 		case !o.live:
-		case o.kind == KindUserMR:
+		case o.kind == ObjUserMR:
 			want[o.b]++
-		case o.kind == KindFastMR && o.state == StateValid:
+		case o.kind == ObjFastMR && o.state == StateValid:
 			for i, p := range o.pages {
 				if i == 0 || p.Backing != o.pages[i-1].Backing {
 					want[p.Backing.(*SliceBacking)]++

@@ -67,7 +67,7 @@ func (t *Table) RegMR(pd PD, b Backing, offset, length, iova uint64, access Acce
 	e := t.mrs.make(idx)
 	e.mu.Lock()
 	key := t.newKey(idx, e)
-	publish(e, &snap{gen: nextGen(e), key: key, pd: pd, state: StateValid, kind: KindUserMR,
+	publish(e, &snap{gen: nextGen(e), key: key, pd: pd, state: StateValid, kind: ObjUserMR,
 		access: access, iova: iova, length: length, reg: reg})
 	e.mu.Unlock()
 	p.mrs++
@@ -154,7 +154,7 @@ func (t *Table) ReregMR(pd PD, key uint32, flags ReregFlags, nw Rereg) error {
 		return err
 	}
 	defer e.mu.Unlock()
-	if s.kind != KindUserMR {
+	if s.kind != ObjUserMR {
 		return mkerr(OpVerb, KindWrongType)
 	}
 	if e.numMW > 0 {
@@ -224,7 +224,7 @@ func (t *Table) AllocMR(pd PD, maxPages int) (uint32, error) {
 	e := t.mrs.make(idx)
 	e.mu.Lock()
 	key := t.newKey(idx, e)
-	publish(e, &snap{gen: nextGen(e), key: key, pd: pd, state: StateFree, kind: KindFastMR, maxPages: uint32(maxPages)})
+	publish(e, &snap{gen: nextGen(e), key: key, pd: pd, state: StateFree, kind: ObjFastMR, maxPages: uint32(maxPages)})
 	e.mu.Unlock()
 	p.mrs++
 	return key, nil
@@ -279,7 +279,7 @@ func (t *Table) FastReg(pd PD, key uint32, pages []Page, pageSize uint32, iova, 
 	switch {
 	case s == nil || s.state == StateInvalid:
 		return mkerr(OpFastReg, KindNoObject)
-	case s.kind != KindFastMR:
+	case s.kind != ObjFastMR:
 		return mkerr(OpFastReg, KindWrongType)
 	case s.pd != pd:
 		return mkerr(OpFastReg, KindWrongPD)
@@ -305,7 +305,7 @@ func (t *Table) FastReg(pd PD, key uint32, pages []Page, pageSize uint32, iova, 
 		reg.segs[i] = pg.Backing.Bytes()[pg.Offset : pg.Offset+ps : pg.Offset+ps]
 	}
 	reg.refs.Store(1)
-	publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateValid, kind: KindFastMR,
+	publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateValid, kind: ObjFastMR,
 		access: access, iova: iova, length: length, maxPages: s.maxPages, reg: reg})
 	return nil
 }
@@ -329,14 +329,14 @@ func (t *Table) invalidateMR(op Op, pd PD, key uint32) error {
 		return mkerr(op, KindKeyMismatch)
 	case s.pd != pd:
 		return mkerr(op, KindWrongPD)
-	case s.kind != KindFastMR:
+	case s.kind != ObjFastMR:
 		return mkerr(op, KindWrongType)
 	case e.numMW > 0:
 		return mkerr(op, KindBusy)
 	case s.state == StateFree:
 		return nil
 	}
-	publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateFree, kind: KindFastMR, maxPages: s.maxPages})
+	publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateFree, kind: ObjFastMR, maxPages: s.maxPages})
 	return nil
 }
 

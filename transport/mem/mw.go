@@ -8,9 +8,9 @@ func (t *Table) AllocMW(pd PD, typ MWType) (uint32, error) {
 	var state State
 	switch typ {
 	case MWType1:
-		kind, state = KindMW1, StateValid
+		kind, state = ObjMW1, StateValid
 	case MWType2B:
-		kind, state = KindMW2B, StateFree
+		kind, state = ObjMW2B, StateFree
 	default:
 		return 0, mkerr(OpVerb, KindInvalidArg)
 	}
@@ -57,7 +57,7 @@ func (t *Table) unbind(s *snap) {
 	me.mu.Lock()
 	me.numMW--
 	me.mu.Unlock()
-	if s.kind == KindMW2B {
+	if s.kind == ObjMW2B {
 		idx := KeyIndex(s.key)
 		if m := t.qpMWs[s.qpn]; m != nil {
 			delete(m, idx)
@@ -129,11 +129,11 @@ func (t *Table) bind(pd PD, qpn, key, mrKey uint32, addr, length uint64, access 
 		return mkerr(op, KindWrongPD)
 	}
 	switch s.kind {
-	case KindMW1:
+	case ObjMW1:
 		if access&ZeroBased != 0 {
 			return mkerr(op, KindInvalidArg)
 		}
-	case KindMW2B:
+	case ObjMW2B:
 		if !wr {
 			return mkerr(op, KindWrongType)
 		}
@@ -196,7 +196,7 @@ func (t *Table) bind(pd PD, qpn, key, mrKey uint32, addr, length uint64, access 
 	}
 	next := &snap{gen: s.gen + 1, key: key, pd: pd, state: StateValid, kind: s.kind,
 		access: access, iova: addr, length: length, parent: ms}
-	if s.kind == KindMW2B {
+	if s.kind == ObjMW2B {
 		next.qpn = qpn
 		m := t.qpMWs[qpn]
 		if m == nil {
@@ -225,7 +225,7 @@ func (t *Table) invalidateMW(op Op, pd PD, qpn, key uint32) error {
 		return mkerr(op, KindKeyMismatch)
 	case s.pd != pd:
 		return mkerr(op, KindWrongPD)
-	case s.kind != KindMW2B:
+	case s.kind != ObjMW2B:
 		return mkerr(op, KindWrongType)
 	case s.state != StateValid:
 		return mkerr(op, KindWrongState)
@@ -233,7 +233,7 @@ func (t *Table) invalidateMW(op Op, pd PD, qpn, key uint32) error {
 		return mkerr(op, KindWrongQP)
 	}
 	t.unbind(s)
-	publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateFree, kind: KindMW2B})
+	publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateFree, kind: ObjMW2B})
 	return nil
 }
 
@@ -249,7 +249,7 @@ func (t *Table) DetachQP(qpn uint32) int {
 		e := t.mws.get(idx)
 		s := e.snap.Load()
 		t.unbind(s)
-		publish(e, &snap{gen: s.gen + 1, key: s.key, pd: s.pd, state: StateFree, kind: KindMW2B})
+		publish(e, &snap{gen: s.gen + 1, key: s.key, pd: s.pd, state: StateFree, kind: ObjMW2B})
 		n++
 	}
 	return n

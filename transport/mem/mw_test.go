@@ -29,7 +29,7 @@ func TestMW_IndicesLiveInTheMWRange(t *testing.T) {
 func TestMW1_ValidAtAllocButUnusableUntilBound(t *testing.T) {
 	f := newFx(t)
 	mw := f.mw(MWType1)
-	if in, _ := f.tab.Query(mw); in.State != StateValid || in.Kind != KindMW1 {
+	if in, _ := f.tab.Query(mw); in.State != StateValid || in.Kind != ObjMW1 {
 		t.Fatalf("%+v", in)
 	}
 	wantKind(t, f.remote(1, mw, 0, 8, RemoteRead), KindWrongState)
@@ -116,7 +116,7 @@ func TestMW1_RebindMovesTheWindow(t *testing.T) {
 func TestMW2B_StartsFree(t *testing.T) {
 	f := newFx(t)
 	mw := f.mw(MWType2B)
-	if in, _ := f.tab.Query(mw); in.State != StateFree || in.Kind != KindMW2B {
+	if in, _ := f.tab.Query(mw); in.State != StateFree || in.Kind != ObjMW2B {
 		t.Fatalf("%+v", in)
 	}
 	wantKind(t, f.remote(1, mw, 0, 8, RemoteRead), KindWrongState)

@@ -35,22 +35,22 @@ func (s State) String() string {
 type ObjKind uint8
 
 const (
-	KindNoneObj ObjKind = iota
-	KindUserMR          // ibv_reg_mr: fixed translation
-	KindFastMR          // ib_alloc_mr(IB_MR_TYPE_MEM_REG): registered by REG_MR work requests
-	KindMW1             // memory window type 1
-	KindMW2B            // memory window type 2B
+	ObjNone   ObjKind = iota
+	ObjUserMR         // ibv_reg_mr: fixed translation
+	ObjFastMR         // ib_alloc_mr(IB_MR_TYPE_MEM_REG): registered by REG_MR work requests
+	ObjMW1            // memory window type 1
+	ObjMW2B           // memory window type 2B
 )
 
 func (k ObjKind) String() string {
 	switch k {
-	case KindUserMR:
+	case ObjUserMR:
 		return "user MR"
-	case KindFastMR:
+	case ObjFastMR:
 		return "fast-reg MR"
-	case KindMW1:
+	case ObjMW1:
 		return "MW type 1"
-	case KindMW2B:
+	case ObjMW2B:
 		return "MW type 2B"
 	}
 	return "none"
@@ -225,7 +225,7 @@ type snap struct {
 	parent       *snap // bound MW: its MR's snapshot (a reference is held)
 }
 
-func (s *snap) isMR() bool { return s.kind == KindUserMR || s.kind == KindFastMR }
+func (s *snap) isMR() bool { return s.kind == ObjUserMR || s.kind == ObjFastMR }
 
 // tryAcquire pins s unless it has already been retired and drained.
 func (s *snap) tryAcquire() bool {
