@@ -175,8 +175,10 @@ func (q *QP) PostSend(wr *SendWR) error {
 	case StateReset, StateInit, StateRTR:
 		return fmt.Errorf("%w: post_send in %v", ErrState, s.attr.State)
 	}
-	if err := q.checkSendWR(wr); err != nil {
-		return err
+	if wr.Fault == WCSuccess {
+		if err := q.checkSendWR(wr); err != nil {
+			return err
+		}
 	}
 	if ss.tail-ss.head == uint64(len(ss.ring)) || ss.tail-ss.head >= uint64(max(q.cap.MaxSendWR, 1)) {
 		return ErrFull
@@ -184,8 +186,12 @@ func (q *QP) PostSend(wr *SendWR) error {
 	w := ss.slot(ss.tail)
 	sglBuf, inline := w.sglBuf, w.inline
 	*w = swqe{wr: *wr, sglBuf: sglBuf, inline: inline}
-	w.wr.SGL = append(sglBuf[:0], wr.SGL...)
-	if wr.Flags&SendInline != 0 {
+	if len(wr.SGL) > cap(sglBuf) {
+		w.wr.SGL = sglBuf[:0] // only a faulted WR gets here; it never touches memory
+	} else {
+		w.wr.SGL = append(sglBuf[:0], wr.SGL...)
+	}
+	if wr.Flags&SendInline != 0 && len(wr.Inline) <= cap(inline) {
 		w.wr.Inline = append(inline[:0], wr.Inline...)
 		w.wr.SGL = w.wr.SGL[:0]
 	} else {
@@ -371,6 +377,12 @@ func (ss *sendSide) fullySent(w *swqe) bool {
 // here, once; a network WQE gets its PSNs. false means it must wait.
 func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 	q := ss.q
+	if w.wr.Fault != WCSuccess {
+		ss.finish(w, w.wr.Fault)
+		ss.issue++
+		ss.net = ss.issue
+		return true
+	}
 	if w.wr.Flags&SendFence != 0 && ss.rdInFlight > 0 {
 		return false // IBV_SEND_FENCE: earlier READ/ATOMIC must finish first
 	}

@@ -328,4 +328,3 @@ func nonZero(c *transport.Counters) string {
 	}
 	return s
 }
-

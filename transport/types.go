@@ -192,6 +192,11 @@ type SendWR struct {
 
 	FlushType  uint8 // wire.FlushSel*
 	FlushLevel uint8 // wire.FlushPlace*
+
+	// Fault, if not WCSuccess, says the WR failed validation before it
+	// reached the engine (a hostile or broken ring entry): it completes
+	// with this status in SQ order and nothing of it is executed.
+	Fault WCStatus
 }
 
 // length is the message length of the WR.

@@ -1,0 +1,353 @@
+package nic
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/netstack"
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/mem"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// Sender is the port: *netstack.Stack.
+type Sender interface {
+	Send(pkts []netstack.TxPacket) (int, error)
+	Resolve(ip netip.Addr)
+}
+
+// Limits bound what the device hands out.
+type Limits struct {
+	MaxQP     int // default 1<<16
+	MaxSRQ    int // default 1<<14
+	MaxQPWR   uint32
+	MaxSGE    uint32
+	MaxInline uint32
+	MaxCQE    uint32
+}
+
+func (l *Limits) defaults() {
+	if l.MaxQP == 0 {
+		l.MaxQP = 1 << 16
+	}
+	if l.MaxSRQ == 0 {
+		l.MaxSRQ = 1 << 14
+	}
+	if l.MaxQPWR == 0 {
+		l.MaxQPWR = 1 << 14
+	}
+	if l.MaxSGE == 0 {
+		l.MaxSGE = 32
+	}
+	if l.MaxInline == 0 {
+		l.MaxInline = 512
+	}
+	if l.MaxCQE == 0 {
+		l.MaxCQE = 1 << 16
+	}
+}
+
+// Config configures NewDevice.
+type Config struct {
+	Name    string
+	MAC     net.HardwareAddr
+	LinkMTU int
+	GIDs    *gid.Table
+	Log     *slog.Logger
+	Clock   transport.Clock // nil: the system clock
+	Mem     mem.Config
+	Limits  Limits
+}
+
+// Device is one virtual RDMA device with one port.
+type Device struct {
+	cfg    Config
+	log    *slog.Logger
+	mem    *mem.Table
+	gids   *gid.Table
+	clock  transport.Clock
+	mtu    transport.MTU
+	port   atomic.Pointer[senderBox]
+	ctr    transport.Counters // device totals
+	env    transport.Env
+	out    output
+	rxPool sync.Pool
+
+	mu      sync.RWMutex
+	qps     map[uint32]*QP // +checklocks:mu
+	nextQPN uint32         // +checklocks:mu
+	srqs    map[*transport.SRQ]struct{}
+	nextSRQ uint32
+	closed  bool
+}
+
+type senderBox struct{ s Sender }
+
+// Errors of the device.
+var (
+	ErrClosed    = errors.New("nic: device closed")
+	ErrNoPort    = errors.New("nic: no port attached")
+	ErrLimit     = errors.New("nic: device limit reached")
+	ErrBadSGID   = errors.New("nic: SGID index names no GID")
+	ErrNoSuchQPN = errors.New("nic: no such QP")
+)
+
+// NewDevice makes a device; Attach gives it its port.
+func NewDevice(cfg Config) (*Device, error) {
+	if len(cfg.MAC) != 6 {
+		return nil, fmt.Errorf("nic: MAC %v is not 6 bytes", cfg.MAC)
+	}
+	if cfg.GIDs == nil {
+		cfg.GIDs = gid.New(cfg.MAC, 0)
+	}
+	if cfg.LinkMTU == 0 {
+		cfg.LinkMTU = 1500
+	}
+	if cfg.Name == "" {
+		cfg.Name = "vrnic0"
+	}
+	cfg.Limits.defaults()
+	d := &Device{cfg: cfg, log: cfg.Log, gids: cfg.GIDs, clock: cfg.Clock, qps: map[uint32]*QP{}, nextQPN: 0x11,
+		srqs: map[*transport.SRQ]struct{}{}, nextSRQ: 1}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.clock == nil {
+		d.clock = transport.SystemClock{}
+	}
+	d.mem = mem.NewTable(cfg.Mem)
+	d.mtu = transport.MTUForNetdev(cfg.LinkMTU)
+	d.out.d = d
+	d.out.pool.New = func() any { b := make([]byte, bufSize); return &b }
+	d.rxPool.New = func() any { return &rxItem{buf: make([]byte, bufSize)} }
+	d.env = transport.Env{Clock: d.clock, Memory: d.mem, Out: &d.out, Log: d.log, Device: &d.ctr, PortMTU: d.mtu}
+	return d, nil
+}
+
+// Attach sets the port packets leave through.
+func (d *Device) Attach(s Sender) { d.port.Store(&senderBox{s}) }
+
+// Name is the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// Mem is the device's PD/MR/MW tables.
+func (d *Device) Mem() *mem.Table { return d.mem }
+
+// GIDs is the port's GID table.
+func (d *Device) GIDs() *gid.Table { return d.gids }
+
+// Counters are the device totals, destroyed QPs included.
+func (d *Device) Counters() *transport.Counters { return &d.ctr }
+
+// ActiveMTU is the port's active MTU.
+func (d *Device) ActiveMTU() transport.MTU { return d.mtu }
+
+// Close destroys every QP (flushing its queues) and refuses new objects.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+	return nil
+}
+
+// QPInfo is what `vrnicctl qp` shows.
+type QPInfo struct {
+	transport.Info
+	Owner int // client pid, 0 if none
+}
+
+// QPs lists the live QPs by QPN.
+func (d *Device) QPs() []QPInfo {
+	d.mu.RLock()
+	out := make([]QPInfo, 0, len(d.qps))
+	for _, q := range d.qps {
+		out = append(out, QPInfo{Info: q.tq.Info(), Owner: q.owner})
+	}
+	d.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].QPN < out[j].QPN })
+	return out
+}
+
+// QP returns a live QP by number.
+func (d *Device) QP(qpn uint32) (*QP, bool) {
+	d.mu.RLock()
+	q, ok := d.qps[qpn]
+	d.mu.RUnlock()
+	return q, ok
+}
+
+// ResolveAH checks an address vector's SGID index and fills its SGID; the
+// path's neighbour resolution starts at once.
+func (d *Device) ResolveAH(av *transport.AddressVector) error {
+	e, ok := d.gids.Lookup(int(av.SGIDIndex))
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrBadSGID, av.SGIDIndex)
+	}
+	av.SGID = e.GID
+	if av.Port == 0 {
+		av.Port = 1
+	}
+	dst := netip.AddrFrom16(av.DGID).Unmap()
+	if dst.IsUnspecified() || !dst.IsValid() {
+		return fmt.Errorf("%w: destination GID %v", transport.ErrInvalid, dst)
+	}
+	if (netip.AddrFrom16(av.SGID).Is4In6()) != (netip.AddrFrom16(av.DGID).Is4In6()) {
+		return fmt.Errorf("%w: SGID %v and DGID %v are of different families", transport.ErrInvalid,
+			netip.AddrFrom16(av.SGID).Unmap(), dst)
+	}
+	if p := d.port.Load(); p != nil && !d.isLocal(av.DGID) {
+		p.s.Resolve(dst)
+	}
+	return nil
+}
+
+func (d *Device) isLocal(g [16]byte) bool {
+	_, ok := d.gids.Index(gid.GID(g))
+	return ok
+}
+
+// CreateSRQ makes a shared receive queue in pd.
+func (d *Device) CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*transport.SRQ, error) {
+	if maxWR > d.cfg.Limits.MaxQPWR || maxSGE > d.cfg.Limits.MaxSGE {
+		return nil, fmt.Errorf("%w: SRQ of %d WRs × %d SGEs (max %d × %d)", transport.ErrInvalid, maxWR, maxSGE,
+			d.cfg.Limits.MaxQPWR, d.cfg.Limits.MaxSGE)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if len(d.srqs) >= d.cfg.Limits.MaxSRQ {
+		return nil, fmt.Errorf("%w: %d SRQs", ErrLimit, len(d.srqs))
+	}
+	if err := d.mem.HoldPD(pd); err != nil {
+		return nil, err
+	}
+	s, err := transport.NewSRQ(d.nextSRQ, pd, maxWR, maxSGE, onLimit)
+	if err != nil {
+		_ = d.mem.ReleasePD(pd)
+		return nil, err
+	}
+	d.nextSRQ++
+	d.srqs[s] = struct{}{}
+	return s, nil
+}
+
+// DestroySRQ releases an SRQ (EBUSY while a QP uses it).
+func (d *Device) DestroySRQ(s *transport.SRQ) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.srqs[s]; !ok {
+		return ErrNoSuchQPN
+	}
+	for _, q := range d.qps {
+		if q.tq.SRQ() == s {
+			return fmt.Errorf("SRQ %d is used by QP %#x: %w", s.SRQN(), q.QPN(), errBusy)
+		}
+	}
+	delete(d.srqs, s)
+	return d.mem.ReleasePD(s.PD())
+}
+
+var errBusy = errors.New("busy")
+
+// DeviceAttr is what ibv_query_device reports.
+type DeviceAttr struct {
+	FWVer           string
+	NodeGUID        uint64
+	SysImageGUID    uint64
+	MaxMRSize       uint64
+	PageSizeCap     uint64
+	VendorID        uint32
+	VendorPartID    uint32
+	HWVer           uint32
+	MaxQP           int
+	MaxQPWR         uint32
+	DeviceCapFlags  uint32
+	MaxSGE          uint32
+	MaxSGERd        uint32
+	MaxCQ           int
+	MaxCQE          uint32
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int
+	MaxQPInitRdAtom int
+	MaxResRdAtom    int
+	AtomicCap       int
+	MaxMW           int
+	MaxAH           int
+	MaxSRQ          int
+	MaxSRQWR        uint32
+	MaxSRQSGE       uint32
+	MaxPKeys        int
+	LocalCAAckDelay int
+	PhysPortCnt     int
+	MaxInlineData   uint32
+	MaxMsgSize      uint64
+}
+
+// ibv_device_cap_flags rxe reports (0x01223c76 in ibv_devinfo -v).
+const rxeDeviceCapFlags = 0x01223c76
+
+// Attr returns the device attributes, kernel rxe's where vrnicd has the
+// same limits.
+func (d *Device) Attr() DeviceAttr {
+	l := d.cfg.Limits
+	guid := nodeGUID(d.cfg.MAC)
+	return DeviceAttr{
+		FWVer: "0.0.0", NodeGUID: guid, SysImageGUID: guid, MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000,
+		VendorID: 0xffffff, MaxQP: l.MaxQP, MaxQPWR: l.MaxQPWR, DeviceCapFlags: rxeDeviceCapFlags,
+		MaxSGE: l.MaxSGE, MaxSGERd: l.MaxSGE, MaxCQ: 1 << 16, MaxCQE: l.MaxCQE, MaxMR: 1<<19 - 1, MaxPD: 1 << 16,
+		MaxQPRdAtom: transport.MaxRdAtomic, MaxQPInitRdAtom: transport.MaxRdAtomic, MaxResRdAtom: 0x3f000,
+		AtomicCap: 1, MaxMW: 1<<19 - 1, MaxAH: 32767, MaxSRQ: l.MaxSRQ, MaxSRQWR: l.MaxQPWR, MaxSRQSGE: l.MaxSGE,
+		MaxPKeys: 1, LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: l.MaxInline, MaxMsgSize: transport.MaxMessageSize,
+	}
+}
+
+// PortAttr is what ibv_query_port reports.
+type PortAttr struct {
+	State        int // IBV_PORT_ACTIVE = 4
+	MaxMTU       transport.MTU
+	ActiveMTU    transport.MTU
+	GIDTblLen    int
+	PortCapFlags uint32
+	MaxMsgSize   uint64
+	PKeyTblLen   int
+	LinkLayer    int // IBV_LINK_LAYER_ETHERNET = 2
+	PhysState    int // 5 = LINK_UP
+}
+
+// Port returns the attributes of port 1.
+func (d *Device) Port() PortAttr {
+	st := 1 // DOWN until a port is attached
+	if d.port.Load() != nil {
+		st = 4
+	}
+	return PortAttr{State: st, MaxMTU: transport.MTU4096, ActiveMTU: d.mtu, GIDTblLen: d.gids.Size(),
+		PortCapFlags: 0x00010000, MaxMsgSize: transport.MaxMessageSize, PKeyTblLen: 1, LinkLayer: 2, PhysState: 5}
+}
+
+func nodeGUID(mac net.HardwareAddr) uint64 {
+	b := [8]byte{mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
+	var g uint64
+	for _, x := range b {
+		g = g<<8 | uint64(x)
+	}
+	return g
+}
+
+var _ = wire.RoCEv2Port

@@ -1,0 +1,80 @@
+package nic
+
+import (
+	"net/netip"
+	"sync"
+
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/netstack"
+	"github.com/vrnic/vrnicd/transport"
+)
+
+// output is the engine's transport.Output: pooled buffers with room for the
+// link headers, handed to the port in batches.
+type output struct {
+	d       *Device
+	pool    sync.Pool // *[]byte of bufSize
+	scratch sync.Pool // *txScratch
+}
+
+type txScratch struct {
+	pkts  []netstack.TxPacket
+	dests []netstack.Dest
+}
+
+func (o *output) Headroom() int { return netstack.Headroom }
+
+func (o *output) Alloc(n int) []byte {
+	if n+netstack.Headroom > bufSize {
+		return make([]byte, netstack.Headroom+n)
+	}
+	b := o.pool.Get().(*[]byte)
+	return (*b)[:netstack.Headroom+n]
+}
+
+func (o *output) free(b []byte) {
+	if cap(b) == bufSize {
+		b = b[:bufSize]
+		o.pool.Put(&b)
+	}
+}
+
+func (o *output) Send(pkts []transport.TxPacket) {
+	d := o.d
+	sc, _ := o.scratch.Get().(*txScratch)
+	if sc == nil {
+		sc = &txScratch{}
+	}
+	sc.pkts, sc.dests = sc.pkts[:0], sc.dests[:0]
+	for i := range pkts {
+		p := &pkts[i]
+		if d.isLocal(p.AV.DGID) {
+			d.loopback(p.Buf[p.Headroom:], gid.GID(p.AV.SGID), gid.GID(p.AV.DGID), p.AV.TrafficClass, p.AV.HopLimit, p.SrcPort)
+			continue
+		}
+		sc.dests = append(sc.dests, netstack.Dest{
+			Src: netip.AddrFrom16(p.AV.SGID).Unmap(), Dst: netip.AddrFrom16(p.AV.DGID).Unmap(),
+			SrcPort: p.SrcPort, TrafficClass: p.AV.TrafficClass, HopLimit: p.AV.HopLimit,
+		})
+	}
+	j := 0
+	for i := range pkts {
+		p := &pkts[i]
+		if d.isLocal(p.AV.DGID) {
+			continue
+		}
+		sc.pkts = append(sc.pkts, netstack.TxPacket{Buf: p.Buf, Offset: p.Headroom, Dest: &sc.dests[j]})
+		j++
+	}
+	if len(sc.pkts) > 0 {
+		if port := d.port.Load(); port != nil {
+			if _, err := port.s.Send(sc.pkts); err != nil {
+				d.log.Debug("port refused packets", "err", err)
+			}
+		}
+	}
+	for i := range pkts {
+		o.free(pkts[i].Buf)
+	}
+	o.scratch.Put(sc)
+}
