@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 3s
 PKGS      := ./...
 
-.PHONY: all build test check vet fmt unit long fuzz bench clean
+.PHONY: all build test check vet fmt unit long fuzz bench clean interop
 
 all: build
 
@@ -38,6 +38,13 @@ fuzz:
 # bench: every benchmark once; each figure prints beside its baseline.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# interop: vrnicd against the Linux kernel's rdma_rxe in QEMU guests (root).
+# Builds the guest image first (cached outside the repo, in
+# /var/cache/vrnicd-interop; seconds when nothing changed).
+interop:
+	./interop/vm/build
+	$(GO) test -count=1 -timeout 20m ./interop/...
 
 clean:
 	$(GO) clean -testcache

@@ -53,7 +53,7 @@ is_our_qemu() {
 	[[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
 	st=$(proc_state "$pid") || return 1
 	[[ $st != Z ]] || return 1
-	tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" || return 1
+	tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$dir/" || return 1
 }
 
 # wait_exit PID TENTHS: wait until PID is gone or a zombie.
