@@ -109,6 +109,9 @@ func Boot(t testing.TB, o Options) *VM {
 	if o.Netns == nil {
 		o.Netns = NewBridgeNetns(t, "192.0.2.1/24")
 	}
+	// Our namespaces only: if the test binary dies, the VM's watchdog
+	// deletes the namespace along with the VM.
+	ownNetns := strings.HasPrefix(o.Netns.Name, fmt.Sprintf("vrn%d-", os.Getpid()))
 	if o.Bridge == "" {
 		o.Bridge = o.Netns.Bridge
 	}
@@ -163,6 +166,9 @@ func Boot(t testing.TB, o Options) *VM {
 	} else if o.Bridge != "" {
 		args = append(args, "--bridge", o.Bridge)
 	}
+	if ownNetns {
+		args = append(args, "--owner-netns")
+	}
 	if o.MAC != nil {
 		args = append(args, "--mac", o.MAC.String())
 	}
@@ -195,6 +201,9 @@ func Boot(t testing.TB, o Options) *VM {
 	cmd := exec.CommandContext(ctx, filepath.Join(env.vmDir, "start"), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// If the test binary dies mid-boot, start dies too and releases the VM's
+	// lock at once, so the watchdog's stop need not wait for the boot.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("rxepeer: booting %s: %v\n%s", vm.Name, err, stderr.String())
 	}
