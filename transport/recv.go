@@ -406,9 +406,15 @@ func (rs *recvSide) rcRequest(s *qpSnap, p *RxPacket) {
 		rs.classC(s, psn, WCLocLenErr, "payload length against path MTU")
 		return
 	}
-	if info.Flags&(wire.FlagRead|wire.FlagAtomic|wire.FlagAtomicWrite|wire.FlagFlush) != 0 && s.attr.MaxDestRdAtomic == 0 {
-		rs.classC(s, psn, WCLocQPOpErr, "READ/atomic with max_dest_rd_atomic 0")
-		return
+	if info.Flags&(wire.FlagRead|wire.FlagAtomic|wire.FlagAtomicWrite|wire.FlagFlush) != 0 {
+		if s.attr.MaxDestRdAtomic == 0 {
+			rs.classC(s, psn, WCLocQPOpErr, "READ/atomic with max_dest_rd_atomic 0")
+			return
+		}
+		if info.Has(wire.FlagRead) && rs.streams() >= maxStreams(s) {
+			rs.classC(s, psn, WCLocQPOpErr, "more READs outstanding than max_dest_rd_atomic allows")
+			return
+		}
 	}
 	// A receive WQE is needed at SEND FIRST/ONLY and at the end of a
 	// WRITE with immediate; without one, RNR NAK.
@@ -452,6 +458,14 @@ func (rs *recvSide) classC(s *qpSnap, psn wire.PSN, st WCStatus, why string) {
 
 func (rs *recvSide) fatalNAK(s *qpSnap, syn uint8, psn wire.PSN, st WCStatus, ev Event, why string) {
 	q := rs.q
+	// The QP is going to ERR: responses still queued will never be sent,
+	// and the NAK must not wait behind them.
+	for i := range rs.respQ {
+		if rs.respQ[i].hasRef {
+			rs.respQ[i].ref.Release()
+		}
+	}
+	rs.respQ = rs.respQ[:0]
 	rs.queueAck(syn, psn, s)
 	rs.pump(s)
 	rs.flushTx()
@@ -682,6 +696,10 @@ func (rs *recvSide) duplicate(s *qpSnap, p *RxPacket, psn wire.PSN) {
 	case info.Has(wire.FlagSend), info.Has(wire.FlagWrite):
 		rs.queueAck(wire.AETHAck|wire.AETHInvalidCredits, rs.psn.Sub(1), s)
 	case info.Has(wire.FlagRead):
+		if rs.streams() >= maxStreams(s) {
+			q.inc(RcvdDropped) // replays already queued cover it
+			return
+		}
 		r := rs.findRes(psn)
 		if r == nil || r.op != wire.RCRDMAReadRequest {
 			q.inc(RcvdDropped)
@@ -972,3 +990,19 @@ func nakFor(err error) uint8 {
 	}
 	return wire.NakRemoteAccess
 }
+
+// streams counts READ responses queued or being sent.
+func (rs *recvSide) streams() int {
+	n := 0
+	for i := range rs.respQ {
+		if rs.respQ[i].stream {
+			n++
+		}
+	}
+	return n
+}
+
+// maxStreams bounds queued READ responses: a requester keeps at most
+// max_dest_rd_atomic READs outstanding, and may have sent each once more
+// while retrying; beyond that it is broken or hostile.
+func maxStreams(s *qpSnap) int { return 2*int(s.attr.MaxDestRdAtomic) + 4 }

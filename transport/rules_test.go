@@ -581,3 +581,42 @@ func TestModifyQPFollowsTheTransitionTable(t *testing.T) {
 		t.Errorf("post_send in INIT: %v, want ErrState", err)
 	}
 }
+
+// A requester that keeps more READs outstanding than the responder's
+// max_dest_rd_atomic (plus room for its retries) gets an invalid-request
+// NAK instead of an ever-growing response queue. The requester here is
+// hand-built packets: our own never exceeds its window.
+func TestTooManyOutstandingReadsIsInvalidRequest(t *testing.T) {
+	p := newPair(t, 15, tt.Options{RdAtomic: 2, MTU: transport.MTU256})
+	dst := p.buf(t, p.b, 1<<20, 0x2000_0000)
+	var naks []uint8
+	p.net.Tap = func(f *tt.Frame) {
+		if f.Pkt.AETH != nil && f.Pkt.BTH.Opcode() == wire.RCAcknowledge {
+			naks = append(naks, f.Pkt.AETH.Syndrome())
+		}
+	}
+	psn := uint32(0)
+	for i := range 16 {
+		f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadRequest, PKey: wire.DefaultPKey,
+			DestQP: p.b.QP.QPN(), AckReq: true, PSN: psn},
+			RETH: wire.RETHFields{VA: dst.Addr, RKey: dst.RKey, Length: 1 << 20}}
+		buf := make([]byte, f.EncodedLen())
+		f.Encode(buf)
+		var rx transport.RxPacket
+		if err := rx.Parse(buf); err != nil {
+			t.Fatal(err)
+		}
+		p.b.QP.HandleRequest(&rx)
+		psn += (1 << 20) / 256
+		if p.b.QP.State() == transport.StateErr {
+			if i < 8 {
+				t.Fatalf("READ %d refused; max_dest_rd_atomic 2 allows %d queued", i, 2*2+4)
+			}
+			break
+		}
+	}
+	p.net.Run(func() bool { return p.net.InFlight() == 0 }, 1<<20)
+	if len(naks) == 0 || naks[len(naks)-1] != wire.NakInvalidRequest || p.b.QP.State() != transport.StateErr {
+		t.Fatalf("NAKs %#x, responder %v; want an invalid-request NAK and ERR", naks, p.b.QP.State())
+	}
+}
