@@ -17,7 +17,7 @@ import (
 )
 
 // The job spool is tested here without a VM: the guest's own agent scripts
-// (interop/vm/guest/vr-agent, vr-job, vr-listen) run on the host under
+// (interop/vm/guest/vr-agent, vr-listen) run on the host under
 // busybox, the guest's shell, against a temporary spool, and the VM methods
 // talk to them exactly as they do over 9p.
 
@@ -64,7 +64,7 @@ func fakeVM(t *testing.T) (*VM, *atomic.Bool) {
 			t.Fatal(err)
 		}
 	}
-	for _, g := range []string{"vr-agent", "vr-job", "vr-listen"} {
+	for _, g := range []string{"vr-agent", "vr-listen"} {
 		b, err := os.ReadFile(filepath.Join(vmDir, "guest", g))
 		if err != nil {
 			t.Fatal(err)

@@ -423,7 +423,8 @@ type Job struct {
 func (vm *VM) Start(cmd string) *Job { return vm.StartTimeout(cmd, DefaultJobTimeout) }
 
 // StartTimeout runs cmd in the background; the guest kills its process
-// group after limit (rounded up to whole seconds; at least 1 s).
+// group once limit (rounded up to whole seconds, at least 1 s) has passed,
+// up to 2 s late: the agent checks once a second.
 func (vm *VM) StartTimeout(cmd string, limit time.Duration) *Job {
 	id := fmt.Sprintf("g%d-%d", os.Getpid(), seq.Add(1))
 	j := &Job{vm: vm, ID: id, Cmd: cmd, dir: filepath.Join(vm.spool, "j", id)}
@@ -461,8 +462,19 @@ func (j *Job) Done() bool {
 	if j.done || j.err != nil {
 		return true
 	}
-	_, err := os.Stat(filepath.Join(j.dir, "rc"))
-	return err == nil
+	_, ok := j.readRC()
+	return ok
+}
+
+// readRC reads the job's exit status; ok once the agent has written it
+// (the status and a newline, in one write).
+func (j *Job) readRC() (int, bool) {
+	b, err := os.ReadFile(filepath.Join(j.dir, "rc"))
+	if err != nil || len(b) < 2 || b[len(b)-1] != '\n' {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(b[:len(b)-1]))
+	return n, err == nil
 }
 
 // Output returns what the job has written so far.
@@ -504,7 +516,7 @@ func (j *Job) Wait(ctx context.Context) (stdout, stderr string, exit int, err er
 	killed := time.Time{}
 	step := time.Millisecond
 	for {
-		if _, err := os.Stat(filepath.Join(j.dir, "rc")); err == nil {
+		if _, ok := j.readRC(); ok {
 			break
 		}
 		if !j.vm.aliveCached() {
@@ -537,11 +549,9 @@ func (j *Job) collect(cause error) (string, string, int, error) {
 	o, _ := os.ReadFile(filepath.Join(j.dir, "out"))
 	e, _ := os.ReadFile(filepath.Join(j.dir, "err"))
 	j.stdout, j.stderr, j.exit = string(o), string(e), -1
-	rc, rcErr := os.ReadFile(filepath.Join(j.dir, "rc"))
-	if rcErr == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(rc))); err == nil {
-			j.exit = n
-		}
+	rc, haveRC := j.readRC()
+	if haveRC {
+		j.exit = rc
 	}
 	_, toErr := os.Stat(filepath.Join(j.dir, "timedout"))
 	switch {
@@ -549,11 +559,11 @@ func (j *Job) collect(cause error) (string, string, int, error) {
 		j.werr = fmt.Errorf("job %s (%s): %w", j.ID, short(j.Cmd), cause)
 	case toErr == nil:
 		j.werr = fmt.Errorf("job %s (%s): %w", j.ID, short(j.Cmd), ErrTimedOut)
-	case rcErr != nil:
-		j.werr = fmt.Errorf("job %s (%s): no exit status: %v", j.ID, short(j.Cmd), rcErr)
+	case !haveRC:
+		j.werr = fmt.Errorf("job %s (%s): no exit status", j.ID, short(j.Cmd))
 	}
 	j.done = true
-	if rcErr == nil || cause == ErrVMGone {
+	if haveRC || cause == ErrVMGone {
 		_ = os.RemoveAll(j.dir)
 	}
 	return j.stdout, j.stderr, j.exit, j.werr
