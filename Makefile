@@ -23,8 +23,9 @@ fmt:
 vet:
 	$(GO) vet $(PKGS)
 
+# The kernel interop suite boots VMs; it runs in `make interop`, not here.
 unit:
-	$(GO) test -race -count=1 $(PKGS)
+	VRNICD_INTEROP=0 $(GO) test -race -count=1 $(PKGS)
 
 # long: the transport's fault-injection runs at full size; under -race they
 # run shrunk, so they also run once without it.
