@@ -1,0 +1,5 @@
+package verbsock
+
+import "os"
+
+func osNewFile(fd int, name string) *os.File { return os.NewFile(uintptr(fd), name) }

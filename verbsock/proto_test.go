@@ -1,0 +1,217 @@
+package verbsock
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/verbsock/shm"
+	"golang.org/x/sys/unix"
+)
+
+func pair(t *testing.T) (*Conn, *Conn) {
+	t.Helper()
+	a, b, err := Socketpair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := NewConn(a), NewConn(b)
+	t.Cleanup(func() { ca.Close(); cb.Close() })
+	return ca, cb
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	h := Header{Version: 1, Op: OpCreateQP, Length: 77, ID: 0x0102030405060708, Status: 22, NFDs: 2, Flags: FlagReply}
+	b := make([]byte, HeaderSize)
+	h.Put(b)
+	got, ok := ParseHeader(b)
+	if !ok || got != h {
+		t.Fatalf("got %+v, want %+v", got, h)
+	}
+	// The layout is the documented one, little-endian.
+	if binary.LittleEndian.Uint16(b[2:]) != uint16(OpCreateQP) || binary.LittleEndian.Uint64(b[8:]) != h.ID || b[20] != 2 {
+		t.Fatalf("layout: % x", b)
+	}
+	if _, ok := ParseHeader(b[:HeaderSize-1]); ok {
+		t.Fatal("short header parsed")
+	}
+}
+
+func TestEveryPayloadIsFixedSize(t *testing.T) {
+	for op, s := range Specs {
+		for _, v := range []any{s.Req(), s.Resp()} {
+			if n := binary.Size(v); n < 0 || HeaderSize+n > MaxMessage {
+				t.Errorf("%v: %T has size %d", op, v, n)
+			}
+		}
+	}
+	if n := binary.Size(&EventMsg{}); n != 16 {
+		t.Errorf("EventMsg size %d", n)
+	}
+}
+
+func TestConnPassesFDs(t *testing.T) {
+	a, b := pair(t)
+	fd, err := shm.Create("t", shm.PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	payload := Encode(nil, &MapMemReq{})
+	if err := a.Write(Header{Version: 1, Op: OpMapMem, ID: 5}, payload, []int{fd}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h, p, fds, err := b.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CloseFDs(fds)
+	if h.Op != OpMapMem || h.ID != 5 || h.NFDs != 1 || len(fds) != 1 || !bytes.Equal(p, payload) {
+		t.Fatalf("got %+v %x %v", h, p, fds)
+	}
+	if fds[0] == fd {
+		t.Fatal("received descriptor is the sender's number (not passed)")
+	}
+	if _, err := shm.Check(fds[0], 0, 1<<20); err != nil {
+		t.Fatalf("passed memfd: %v", err)
+	}
+	flags, _ := unix.FcntlInt(uintptr(fds[0]), unix.F_GETFD, 0)
+	if flags&unix.FD_CLOEXEC == 0 {
+		t.Fatal("received descriptor is not close-on-exec")
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestConnFramingErrors(t *testing.T) {
+	a, b := pair(t)
+	hdr := func(h Header, extra int) []byte {
+		buf := make([]byte, HeaderSize+extra)
+		h.Put(buf)
+		return buf
+	}
+	efd, _ := shm.Eventfd()
+	defer unix.Close(efd)
+	before := openFDs(t)
+
+	// Length field disagrees with the frame; its descriptor is closed.
+	if err := a.WriteRaw(hdr(Header{Version: 1, Op: OpQueryDevice, ID: 1, Length: 9, NFDs: 1}, 4), []int{efd}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err := b.Read()
+	var fe *FrameError
+	if !errors.As(err, &fe) || fe.Header.ID != 1 || !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("length mismatch: %v", err)
+	}
+	// Longer than MaxMessage.
+	if err := a.WriteRaw(hdr(Header{Version: 1, Op: OpQueryDevice, ID: 2, Length: MaxMessage}, MaxMessage), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.Read(); !errors.As(err, &fe) || fe.Header.ID != 2 || !errors.Is(err, syscall.EMSGSIZE) {
+		t.Fatalf("oversized: %v", err)
+	}
+	// More descriptors than MaxFDs: the kernel truncates (MSG_CTRUNC).
+	many := []int{efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd, efd}
+	if err := a.WriteRaw(hdr(Header{Version: 1, Op: OpQueryDevice, ID: 3, NFDs: 20}, 0), many); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.Read(); !errors.As(err, &fe) || fe.Header.ID != 3 || !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("too many fds: %v", err)
+	}
+	// Shorter than a header: nothing to answer.
+	if err := a.WriteRaw([]byte{1, 2, 3}, []int{efd}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.Read(); !errors.Is(err, ErrShortFrame) {
+		t.Fatalf("short frame: %v", err)
+	}
+	if after := openFDs(t); after != before {
+		t.Fatalf("descriptors leaked: %d open before, %d after", before, after)
+	}
+	// The connection still works after all that.
+	if err := a.Write(Header{Version: 1, Op: OpQueryDevice, ID: 4}, nil, nil, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, _, err := b.Read(); err != nil || h.ID != 4 {
+		t.Fatalf("after errors: %+v %v", h, err)
+	}
+	a.Close()
+	if _, _, _, err := b.Read(); err == nil || !(errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF)) {
+		t.Fatalf("after peer close: %v", err)
+	}
+}
+
+func TestDecodeRequestRules(t *testing.T) {
+	p := Encode(nil, &RegMRReq{PD: 1, Mem: 2, Length: 4096, Access: 1})
+	if v, err := DecodeRequest(Header{Op: OpRegMR, Length: uint32(len(p))}, p, 0); err != nil || v.(*RegMRReq).Length != 4096 {
+		t.Fatalf("good request: %v %v", v, err)
+	}
+	cases := []struct {
+		name  string
+		h     Header
+		p     []byte
+		nfds  int
+		errno syscall.Errno
+	}{
+		{"unknown op", Header{Op: 999}, nil, 0, syscall.EOPNOTSUPP},
+		{"event from client", Header{Op: OpEvent}, nil, 0, syscall.EOPNOTSUPP},
+		{"short payload", Header{Op: OpRegMR}, p[:10], 0, syscall.EINVAL},
+		{"long payload", Header{Op: OpRegMR}, append(append([]byte{}, p...), 0), 0, syscall.EINVAL},
+		{"fd where none taken", Header{Op: OpRegMR, NFDs: 1}, p, 1, syscall.EBADF},
+		{"nfds disagrees", Header{Op: OpMapMem, NFDs: 2}, Encode(nil, &MapMemReq{}), 1, syscall.EBADF},
+		{"fd missing", Header{Op: OpMapMem}, Encode(nil, &MapMemReq{}), 0, syscall.EBADF},
+		{"reply flag on request", Header{Op: OpAllocPD, Flags: FlagReply}, nil, 0, syscall.EINVAL},
+		{"status on request", Header{Op: OpAllocPD, Status: 5}, nil, 0, syscall.EINVAL},
+	}
+	for _, c := range cases {
+		if _, err := DecodeRequest(c.h, c.p, c.nfds); !errors.Is(err, c.errno) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.errno)
+		}
+	}
+}
+
+func TestErrnoOf(t *testing.T) {
+	if ErrnoOf(Errf(syscall.EDQUOT, "x")) != syscall.EDQUOT || ErrnoOf(syscall.EBUSY) != syscall.EBUSY ||
+		ErrnoOf(errors.New("plain")) != syscall.EINVAL {
+		t.Fatal("ErrnoOf")
+	}
+	e := &Error{Op: OpCreateQP, Errno: syscall.ENOENT, Msg: "no such CQ"}
+	if !errors.Is(e, syscall.ENOENT) || e.Error() != "verbsock: create_qp: no such CQ (no such file or directory)" {
+		t.Fatalf("%v", e)
+	}
+}
+
+// FuzzDecodeRequest: any header and payload decode or fail cleanly; a
+// request that decodes re-encodes to the same bytes.
+func FuzzDecodeRequest(f *testing.F) {
+	for op, s := range Specs {
+		f.Add(uint16(op), Encode(nil, s.Req()), uint8(s.ReqFDs[0]))
+	}
+	f.Fuzz(func(t *testing.T, op uint16, payload []byte, nfds uint8) {
+		h := Header{Version: 1, Op: Op(op), Length: uint32(len(payload)), NFDs: nfds}
+		v, err := DecodeRequest(h, payload, int(nfds))
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Errno == 0 {
+				t.Fatalf("error without errno: %v", err)
+			}
+			return
+		}
+		if got := Encode(nil, v); !bytes.Equal(got, payload) {
+			t.Fatalf("re-encoding %T differs:\n% x\n% x", v, got, payload)
+		}
+	})
+}
