@@ -1,0 +1,596 @@
+package ring
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/mem"
+)
+
+// consumer is the daemon's end of a client-produced ring.
+type consumer struct {
+	m       []byte
+	entries uint64
+	esize   int
+	head    uint64 // private: never read back from the mapping
+	corrupt atomic.Bool
+}
+
+func checkRing(m []byte, entries uint32, esize, pageSize int) error {
+	if entries == 0 || entries&(entries-1) != 0 || entries > MaxEntries {
+		return fmt.Errorf("ring: %d entries is not a power of two ≤ %d", entries, MaxEntries)
+	}
+	if need := Bytes(entries, esize, pageSize); len(m) < need {
+		return fmt.Errorf("ring: mapping of %d bytes, ring needs %d", len(m), need)
+	}
+	return nil
+}
+
+func (c *consumer) init(m []byte, entries uint32, esize, pageSize int) error {
+	if err := checkRing(m, entries, esize, pageSize); err != nil {
+		return err
+	}
+	c.m, c.entries, c.esize = m, uint64(entries), esize
+	return nil
+}
+
+// next returns the entry at head, or false if there is none. An empty ring
+// arms the doorbell: the consumer sets armed, then looks again, so that a
+// producer that published in between either sees armed (and rings) or its
+// entry is seen here (Dekker's pattern over two seq-cst atomics). A
+// producer index more than a ring ahead of head (or behind it) is corrupt:
+// the ring stops for good and reports why.
+func (c *consumer) next() ([]byte, error) {
+	if c.corrupt.Load() {
+		return nil, nil
+	}
+	tail := loadProd(c.m)
+	if tail == c.head {
+		atomic.StoreUint32(u32p(c.m, offArmed), 1)
+		if tail = loadProd(c.m); tail == c.head {
+			return nil, nil
+		}
+		atomic.StoreUint32(u32p(c.m, offArmed), 0)
+	}
+	if d := tail - c.head; d > c.entries {
+		c.corrupt.Store(true)
+		return nil, fmt.Errorf("producer index %d is %d entries from consumer index %d in a ring of %d", tail, int64(d), c.head, c.entries)
+	}
+	off := HeaderSize + int(c.head&(c.entries-1))*c.esize
+	return c.m[off : off+c.esize : off+c.esize], nil
+}
+
+func (c *consumer) consume() {
+	c.head++
+	storeCons(c.m, c.head)
+}
+
+// Corrupt reports whether the ring was stopped because its producer index
+// was impossible.
+func (c *consumer) Corrupt() bool { return c.corrupt.Load() }
+
+// Head is the number of entries consumed.
+func (c *consumer) Head() uint64 { return c.head }
+
+// Resolver turns handles found in SQEs into daemon objects. It is called
+// from the QP's send owner, concurrently with the control plane.
+type Resolver interface {
+	// AH returns the address vector of an address handle (immutable once
+	// created) and its PD.
+	AH(handle uint32) (*transport.AddressVector, mem.PD, bool)
+	// Mem returns a mapped client memory object.
+	Mem(handle uint32) (mem.Backing, bool)
+}
+
+// SQConfig describes a send queue ring.
+type SQConfig struct {
+	Mem       []byte // the mapping
+	Entries   uint32
+	MaxSGE    uint32
+	MaxInline uint32
+	MaxPages  int // largest REG_MR page list
+	PageSize  int
+	PD        mem.PD // the QP's
+	Resolver  Resolver
+	// OnCorrupt is called once, from the consumer, when the ring's indices
+	// are impossible; the ring yields nothing after that.
+	OnCorrupt func(reason string)
+}
+
+// SendQueue is the daemon end of an SQ ring: a nic.SendSource. Peek and
+// Consume belong to the QP's send owner.
+type SendQueue struct {
+	consumer
+	cfg    SQConfig
+	copyb  []byte // the private copy of the entry at head
+	have   bool   // wr holds the decoded entry at head
+	wr     transport.SendWR
+	sgl    []transport.SGE
+	inline []byte
+}
+
+// NewSendQueue makes the daemon end of an SQ ring.
+func NewSendQueue(cfg SQConfig) (*SendQueue, error) {
+	es := SQEntrySize(cfg.MaxSGE, cfg.MaxInline)
+	q := &SendQueue{cfg: cfg, copyb: make([]byte, es),
+		sgl: make([]transport.SGE, cfg.MaxSGE), inline: make([]byte, cfg.MaxInline)}
+	if err := q.init(cfg.Mem, cfg.Entries, es, cfg.PageSize); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// Peek implements nic.SendSource: it copies the next WR into wr. The WR's
+// SGL and Inline alias the queue's buffers until Consume; its AH, RegMR
+// and Bind are fresh objects the engine may keep.
+func (q *SendQueue) Peek(wr *transport.SendWR) bool {
+	if q.have {
+		*wr = q.wr
+		return true
+	}
+	e, err := q.next()
+	if err != nil {
+		if q.cfg.OnCorrupt != nil {
+			q.cfg.OnCorrupt("send queue: " + err.Error())
+		}
+		return false
+	}
+	if e == nil {
+		return false
+	}
+	copy(q.copyb, e) // the only read of the client's entry
+	q.decode()
+	q.have = true
+	*wr = q.wr
+	return true
+}
+
+// Consume implements nic.SendSource.
+func (q *SendQueue) Consume() {
+	if !q.have {
+		return
+	}
+	q.have = false
+	q.consume()
+}
+
+func (q *SendQueue) decode() {
+	q.wr = transport.SendWR{}
+	st := DecodeSQE(q.copyb, &q.wr, q.sgl, q.inline, &q.cfg)
+	q.wr.Fault = st
+}
+
+// Limits a decoded SQE is held to.
+const (
+	validSendFlags = transport.SendFence | transport.SendSignaled | transport.SendSolicited | transport.SendInline
+	maxPageShift   = 30
+)
+
+// DecodeSQE decodes and validates one copied SQE into wr (SGL and Inline in
+// the given buffers). It returns the completion status the WR must fail
+// with, WCSuccess if it is well-formed. A faulted WR keeps only its ID,
+// opcode and flags (so that it completes in order, signalled as posted).
+func DecodeSQE(b []byte, wr *transport.SendWR, sgl []transport.SGE, inline []byte, cfg *SQConfig) transport.WCStatus {
+	wr.ID = le.Uint64(b[sqeWRID:])
+	wr.Opcode = transport.WROpcode(b[sqeOpcode])
+	wr.Flags = transport.SendFlags(le.Uint32(b[sqeFlags:]))
+	fault := func(s transport.WCStatus) transport.WCStatus {
+		*wr = transport.SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags & validSendFlags &^ transport.SendInline}
+		return s
+	}
+	if wr.Flags&^validSendFlags != 0 {
+		return fault(transport.WCLocQPOpErr)
+	}
+	switch wr.Opcode {
+	case transport.WRRDMAWrite, transport.WRRDMAWriteWithImm, transport.WRSend, transport.WRSendWithImm,
+		transport.WRRDMARead, transport.WRAtomicCmpAndSwp, transport.WRAtomicFetchAdd, transport.WRLocalInv,
+		transport.WRBindMW, transport.WRSendWithInv, transport.WRFlush, transport.WRAtomicWrite, transport.WRRegMR:
+	default:
+		return fault(transport.WCLocQPOpErr)
+	}
+	wr.ImmData = le.Uint32(b[sqeImm:])
+	wr.RKey = le.Uint32(b[sqeRKey:])
+	wr.RemoteAddr = le.Uint64(b[sqeRemoteAddr:])
+	wr.CompareAdd = le.Uint64(b[sqeCompareAdd:])
+	wr.Swap = le.Uint64(b[sqeSwap:])
+	wr.FlushType = b[sqeFlushType]
+	wr.FlushLevel = b[sqeFlushLevel]
+
+	inOff := sqInlineOff(cfg.MaxSGE)
+	area := b[inOff : inOff+int(cfg.MaxInline)]
+	var length uint64
+	if wr.Flags&transport.SendInline != 0 {
+		n := int(le.Uint16(b[sqeInlineLen:]))
+		if n > int(cfg.MaxInline) || n > len(inline) {
+			return fault(transport.WCLocLenErr)
+		}
+		wr.Inline = inline[:copy(inline[:n], area[:n])]
+		length = uint64(n)
+	} else {
+		ns := int(b[sqeNumSGE])
+		if ns > int(cfg.MaxSGE) || ns > len(sgl) {
+			return fault(transport.WCLocQPOpErr)
+		}
+		for i := range ns {
+			o := SQEDescSize + i*SGESize
+			s := transport.SGE{Addr: le.Uint64(b[o:]), Length: le.Uint32(b[o+8:]), LKey: le.Uint32(b[o+12:])}
+			if s.Length > 0 && s.Addr+uint64(s.Length)-1 < s.Addr {
+				return fault(transport.WCLocProtErr) // addr + length passes 2^64
+			}
+			length += uint64(s.Length)
+			sgl[i] = s
+		}
+		if length > transport.MaxMessageSize {
+			return fault(transport.WCLocLenErr)
+		}
+		wr.SGL = sgl[:ns]
+	}
+	switch wr.Opcode {
+	case transport.WRRDMAWrite, transport.WRRDMAWriteWithImm, transport.WRRDMARead, transport.WRAtomicWrite,
+		transport.WRAtomicCmpAndSwp, transport.WRAtomicFetchAdd:
+		if length > 0 && wr.RemoteAddr+length-1 < wr.RemoteAddr {
+			return fault(transport.WCLocQPOpErr) // remote range passes 2^64
+		}
+	case transport.WRRegMR:
+		r, st := decodeRegMR(b, area, cfg)
+		if st != transport.WCSuccess {
+			return fault(st)
+		}
+		wr.RegMR = r
+		wr.SGL, wr.Inline = nil, nil
+	case transport.WRBindMW:
+		o := b[sqeOp:]
+		wr.Bind = &transport.BindMWWR{MWKey: le.Uint32(o[0:]), Access: mem.Access(le.Uint32(o[4:])),
+			MRKey: le.Uint32(o[8:]), Addr: le.Uint64(o[16:]), Length: le.Uint64(o[24:])}
+		if wr.Bind.Length > 0 && wr.Bind.Addr+wr.Bind.Length-1 < wr.Bind.Addr {
+			return fault(transport.WCMWBindErr)
+		}
+		wr.SGL, wr.Inline = nil, nil
+	}
+	// A UD send names its AH; handle 0 is never an AH, so an SQE with ah 0
+	// is not a UD send (on a UD QP the engine refuses it, and it completes
+	// with LOC_QP_OP_ERR).
+	if h := le.Uint32(b[sqeAH:]); h != 0 {
+		if cfg.Resolver == nil {
+			return fault(transport.WCLocQPOpErr)
+		}
+		av, pd, ok := cfg.Resolver.AH(h)
+		if !ok || pd != cfg.PD {
+			return fault(transport.WCLocQPOpErr)
+		}
+		wr.AH = av
+		wr.RemoteQPN = le.Uint32(b[sqeRemoteQPN:])
+		wr.RemoteQKey = le.Uint32(b[sqeRemoteQKey:])
+		if wr.RemoteQPN > 0xFFFFFF {
+			return fault(transport.WCLocQPOpErr)
+		}
+	}
+	return transport.WCSuccess
+}
+
+func decodeRegMR(b, area []byte, cfg *SQConfig) (*transport.RegMRWR, transport.WCStatus) {
+	o := b[sqeOp:]
+	r := &transport.RegMRWR{Key: le.Uint32(o[0:]), Access: mem.Access(le.Uint32(o[4:])), PageSize: le.Uint32(o[8:]),
+		IOVA: le.Uint64(o[16:]), Length: le.Uint64(o[24:])}
+	ps := uint64(r.PageSize)
+	if ps < 8 || ps > 1<<maxPageShift || ps&(ps-1) != 0 || r.Length == 0 || r.IOVA+r.Length-1 < r.IOVA {
+		return nil, transport.WCLocQPOpErr
+	}
+	if cfg.Resolver == nil {
+		return nil, transport.WCLocQPOpErr
+	}
+	np := int(le.Uint16(b[sqeNumPages:]))
+	if np == 0 { // contiguous: pages at mem offset, offset+page_size, ...
+		need := ((r.IOVA & (ps - 1)) + r.Length + ps - 1) / ps
+		if need > uint64(cfg.MaxPages) {
+			return nil, transport.WCLocQPOpErr
+		}
+		bk, ok := cfg.Resolver.Mem(le.Uint32(o[12:]))
+		if !ok {
+			return nil, transport.WCLocQPOpErr
+		}
+		base := le.Uint64(o[32:])
+		r.Pages = make([]mem.Page, need)
+		for i := range r.Pages {
+			off := base + uint64(i)*ps
+			if off < base {
+				return nil, transport.WCLocQPOpErr
+			}
+			r.Pages[i] = mem.Page{Backing: bk, Offset: off}
+		}
+		return r, transport.WCSuccess
+	}
+	if np > len(area)/PageEntry || np > cfg.MaxPages {
+		return nil, transport.WCLocQPOpErr
+	}
+	r.Pages = make([]mem.Page, np)
+	for i := range r.Pages {
+		e := area[i*PageEntry:]
+		bk, ok := cfg.Resolver.Mem(le.Uint32(e[0:]))
+		if !ok {
+			return nil, transport.WCLocQPOpErr
+		}
+		r.Pages[i] = mem.Page{Backing: bk, Offset: le.Uint64(e[8:])}
+	}
+	return r, transport.WCSuccess
+}
+
+// RQConfig describes a receive queue or SRQ ring.
+type RQConfig struct {
+	Mem       []byte
+	Entries   uint32
+	MaxSGE    uint32
+	PageSize  int
+	OnCorrupt func(reason string)
+}
+
+// RecvQueue is the daemon end of an RQ or SRQ ring: a nic.RecvSource.
+type RecvQueue struct {
+	consumer
+	cfg   RQConfig
+	copyb []byte
+	have  bool
+	wr    transport.RecvWR
+	sgl   []transport.SGE
+}
+
+// NewRecvQueue makes the daemon end of an RQ or SRQ ring.
+func NewRecvQueue(cfg RQConfig) (*RecvQueue, error) {
+	es := RQEntrySize(cfg.MaxSGE)
+	q := &RecvQueue{cfg: cfg, copyb: make([]byte, es), sgl: make([]transport.SGE, max(cfg.MaxSGE, 1))}
+	if err := q.init(cfg.Mem, cfg.Entries, es, cfg.PageSize); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// Peek implements nic.RecvSource.
+func (q *RecvQueue) Peek(wr *transport.RecvWR) bool {
+	if q.have {
+		*wr = q.wr
+		return true
+	}
+	e, err := q.next()
+	if err != nil {
+		if q.cfg.OnCorrupt != nil {
+			q.cfg.OnCorrupt("receive queue: " + err.Error())
+		}
+		return false
+	}
+	if e == nil {
+		return false
+	}
+	copy(q.copyb, e)
+	DecodeRQE(q.copyb, &q.wr, q.sgl, q.cfg.MaxSGE)
+	q.have = true
+	*wr = q.wr
+	return true
+}
+
+// Consume implements nic.RecvSource.
+func (q *RecvQueue) Consume() {
+	if !q.have {
+		return
+	}
+	q.have = false
+	q.consume()
+}
+
+// PoisonLKey is the lkey of the one SGE a malformed receive WQE is replaced
+// with: no MR has key 0, so the responder fails the WQE (completing it in
+// error) when a message that carries data reaches it. transport.RecvWR has no
+// Fault field; this keeps the rule "a bad WQE completes with an error" in
+// RQ order without one.
+const PoisonLKey = 0
+
+// DecodeRQE decodes and validates one copied RQE. It reports false if the
+// entry was malformed and replaced by a poisoned one.
+func DecodeRQE(b []byte, wr *transport.RecvWR, sgl []transport.SGE, maxSGE uint32) bool {
+	wr.ID = le.Uint64(b[rqeWRID:])
+	ns := le.Uint32(b[rqeNumSGE:])
+	poison := func() bool {
+		sgl[0] = transport.SGE{Addr: 0, Length: 1, LKey: PoisonLKey}
+		wr.SGL = sgl[:1]
+		return false
+	}
+	if ns > maxSGE || int(ns) > len(sgl) {
+		return poison()
+	}
+	var total uint64
+	for i := range int(ns) {
+		o := RQEDescSize + i*SGESize
+		s := transport.SGE{Addr: le.Uint64(b[o:]), Length: le.Uint32(b[o+8:]), LKey: le.Uint32(b[o+12:])}
+		if s.Length > 0 && s.Addr+uint64(s.Length)-1 < s.Addr {
+			return poison()
+		}
+		total += uint64(s.Length)
+		sgl[i] = s
+	}
+	if total > transport.MaxMessageSize {
+		return poison()
+	}
+	wr.SGL = sgl[:ns]
+	return true
+}
+
+// CQ is the daemon end of a CQ ring: a transport.CompletionQueue. Any
+// number of QP owners push to it; it locks.
+type CQ struct {
+	mu       sync.Mutex
+	m        []byte
+	entries  uint64
+	tail     uint64 // private
+	closed   bool
+	overflow bool
+	signal   func() // completion event: write the CQ's eventfd (nil: no events)
+	onError  func(reason string)
+	pushed   atomic.Uint64
+}
+
+// CQConfig describes a CQ ring.
+type CQConfig struct {
+	Mem      []byte
+	Entries  uint32
+	PageSize int
+	// Signal delivers a completion event (the CQ was armed and a matching
+	// completion arrived). Called without the CQ's lock.
+	Signal func()
+	// OnError is called once, without the lock, when the CQ overflows or
+	// its consumer index is impossible: the CQ is in error from then on.
+	OnError func(reason string)
+}
+
+// NewCQ makes the daemon end of a CQ ring.
+func NewCQ(cfg CQConfig) (*CQ, error) {
+	if err := checkRing(cfg.Mem, cfg.Entries, CQESize, cfg.PageSize); err != nil {
+		return nil, err
+	}
+	return &CQ{m: cfg.Mem, entries: uint64(cfg.Entries), signal: cfg.Signal, onError: cfg.OnError}, nil
+}
+
+// Push implements transport.CompletionQueue. false: the CQ overflowed (or
+// is in error, or destroyed).
+func (c *CQ) Push(wc *transport.WC) bool {
+	c.mu.Lock()
+	if c.closed || c.overflow {
+		c.mu.Unlock()
+		return false
+	}
+	head := loadCons(c.m)
+	if used := c.tail - head; used >= c.entries {
+		c.overflow = true
+		c.mu.Unlock()
+		why := "completion queue overflow"
+		if used > c.entries {
+			why = fmt.Sprintf("consumer index %d impossible against producer index %d", head, c.tail)
+		}
+		if c.onError != nil {
+			c.onError(why)
+		}
+		return false
+	}
+	off := HeaderSize + int(c.tail&(c.entries-1))*CQESize
+	PutCQE(c.m[off:off+CQESize], wc)
+	c.tail++
+	storeProd(c.m, c.tail)
+	fire := false
+	if c.signal != nil {
+		// Load after publishing: a consumer that arms after reading an
+		// empty ring then polls again, so one of the two sees the other.
+		np := u32p(c.m, offNotify)
+		switch n := atomic.LoadUint32(np); n {
+		case NotifyNext:
+			fire = atomic.CompareAndSwapUint32(np, n, NotifyNone)
+		case NotifySolicited:
+			if solicited(wc) {
+				fire = atomic.CompareAndSwapUint32(np, n, NotifyNone)
+			}
+		}
+	}
+	c.pushed.Add(1)
+	c.mu.Unlock()
+	if fire {
+		c.signal()
+	}
+	return true
+}
+
+// solicited is the solicited-event rule of ibv_req_notify_cq(solicited_only):
+// an unsuccessful completion, or a receive that carried the solicited-event
+// bit. transport.WC does not carry the SE bit yet, so every receive
+// completion counts (a superset: never a missed wakeup).
+func solicited(wc *transport.WC) bool {
+	return wc.Status != transport.WCSuccess || wc.Opcode&transport.WCRecv != 0
+}
+
+// Arm sets the notify word from the daemon side (the socket's
+// req_notify_cq; the SDK normally writes the word itself).
+func (c *CQ) Arm(solicitedOnly bool) {
+	v := uint32(NotifyNext)
+	if solicitedOnly {
+		v = NotifySolicited
+	}
+	c.mu.Lock()
+	if !c.closed {
+		atomic.StoreUint32(u32p(c.m, offNotify), v)
+	}
+	c.mu.Unlock()
+}
+
+// Resize moves the CQ to a new ring: the completions the client has not
+// polled are copied to the start of the new ring, in order. It fails
+// (changing nothing) if they do not fit or the old ring's consumer index is
+// impossible. The caller releases the old mapping once Resize returns.
+func (c *CQ) Resize(m []byte, entries uint32, pageSize int) error {
+	if err := checkRing(m, entries, CQESize, pageSize); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("ring: CQ destroyed")
+	}
+	head := loadCons(c.m)
+	used := c.tail - head
+	if used > c.entries {
+		return fmt.Errorf("ring: consumer index %d impossible against producer index %d", head, c.tail)
+	}
+	if used > uint64(entries) {
+		return fmt.Errorf("ring: %d completions waiting do not fit in %d entries", used, uint64(entries))
+	}
+	for i := range used {
+		so := HeaderSize + int((head+i)&(c.entries-1))*CQESize
+		do := HeaderSize + int(i)*CQESize
+		copy(m[do:do+CQESize], c.m[so:so+CQESize])
+	}
+	atomic.StoreUint32(u32p(m, offNotify), atomic.LoadUint32(u32p(c.m, offNotify)))
+	storeCons(m, 0)
+	storeProd(m, used)
+	c.m, c.entries, c.tail = m, uint64(entries), used
+	c.overflow = false
+	return nil
+}
+
+// Close stops the CQ: every later Push fails. After Close returns no Push
+// touches the mapping, so it may be unmapped.
+func (c *CQ) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
+// Entries is the ring size.
+func (c *CQ) Entries() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return uint32(c.entries)
+}
+
+// Pushed counts completions written.
+func (c *CQ) Pushed() uint64 { return c.pushed.Load() }
+
+// PutCQE encodes a work completion.
+func PutCQE(b []byte, wc *transport.WC) {
+	le.PutUint64(b[cqeWRID:], wc.WRID)
+	b[cqeStatus] = uint8(wc.Status)
+	b[cqeOpcode] = uint8(wc.Opcode)
+	le.PutUint16(b[cqePKeyIndex:], wc.PKeyIndex)
+	le.PutUint32(b[cqeFlags:], uint32(wc.Flags))
+	le.PutUint32(b[cqeByteLen:], wc.ByteLen)
+	le.PutUint32(b[cqeImm:], wc.ImmData)
+	le.PutUint32(b[cqeQPN:], wc.QPN)
+	le.PutUint32(b[cqeSrcQP:], wc.SrcQP)
+	le.PutUint32(b[cqeVendorErr:], wc.VendorErr)
+}
+
+// GetCQE decodes a work completion.
+func GetCQE(b []byte, wc *transport.WC) {
+	*wc = transport.WC{
+		WRID: le.Uint64(b[cqeWRID:]), Status: transport.WCStatus(b[cqeStatus]), Opcode: transport.WCOpcode(b[cqeOpcode]),
+		PKeyIndex: le.Uint16(b[cqePKeyIndex:]), Flags: transport.WCFlags(le.Uint32(b[cqeFlags:])),
+		ByteLen: le.Uint32(b[cqeByteLen:]), ImmData: le.Uint32(b[cqeImm:]), QPN: le.Uint32(b[cqeQPN:]),
+		SrcQP: le.Uint32(b[cqeSrcQP:]), VendorErr: le.Uint32(b[cqeVendorErr:]),
+	}
+}
