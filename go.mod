@@ -5,6 +5,8 @@ go 1.26.0
 require github.com/google/gopacket v1.1.19
 
 require (
+	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/songgao/water v0.0.0-20200317203138-2b4b6d7c09d8
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5

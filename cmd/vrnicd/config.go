@@ -1,0 +1,396 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/user"
+	"regexp"
+	"strconv"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/vrnic/vrnicd/nic/netstack"
+)
+
+// Defaults.
+const (
+	defaultSocket = "/run/vrnicd/vrnicd.sock"
+	defaultName   = "vrnic0"
+	defaultMTU    = 1500
+	// minMTU: vrnicd always has an IPv6 link-local GID, and IPv6 needs
+	// 1280. maxMTU: the largest IP MTU an Ethernet frame of 64 KiB holds.
+	minMTU = 1280
+	maxMTU = 65535 - 14
+	// maxSocketPath is sun_path's size less the terminating NUL.
+	maxSocketPath = 107
+)
+
+// fileConfig is the TOML file. Pointers tell a key that is absent from one
+// set to its zero value. Keys are documented in configs/vrnicd.toml.
+type fileConfig struct {
+	Iface       *string  `toml:"iface"`
+	IP          []string `toml:"ip"`
+	MAC         *string  `toml:"mac"`
+	MTU         *int     `toml:"mtu"`
+	Name        *string  `toml:"name"`
+	Socket      *string  `toml:"socket"`
+	SocketGroup *string  `toml:"socket_group"`
+	LogLevel    *string  `toml:"log_level"`
+	LogFormat   *string  `toml:"log_format"`
+	Pcap        *string  `toml:"pcap"`
+}
+
+// setting is one raw value with where it came from, so an error can name
+// the flag or the key the user has to fix.
+type setting[T any] struct {
+	v      T
+	origin string // "--mtu" or "mtu (in FILE)"; "" for the default
+}
+
+func (s setting[T]) set() bool { return s.origin != "" }
+
+// errorf formats an error about the setting, naming its flag or key.
+func (s setting[T]) errorf(format string, args ...any) error {
+	return &configError{fmt.Sprintf("%s: %s", s.origin, fmt.Sprintf(format, args...))}
+}
+
+// rawConfig is the merged settings before validation.
+type rawConfig struct {
+	iface, mac, name, socket, socketGroup, logLevel, logFormat, pcap setting[string]
+	ip                                                               setting[[]string]
+	mtu                                                              setting[int]
+}
+
+// configError is a bad command line or configuration: the daemon exits with
+// exitConfig, and systemd is told not to restart it (RestartPreventExitStatus).
+type configError struct{ msg string }
+
+func (e *configError) Error() string { return e.msg }
+
+// Config is the validated configuration.
+type Config struct {
+	File string // the --config file, "" for none
+
+	Mode   netstack.Mode
+	Iface  string           // TAP name (tap mode) or the existing interface (raw mode)
+	Addrs  []netip.Prefix   // tap mode only
+	MAC    net.HardwareAddr // tap mode; derived when not set
+	MACSet bool
+	MTU    int // tap mode: the TAP's MTU; raw mode: 0, or what the user asked (must match)
+	Name   string
+
+	Socket      string
+	SocketGroup string // "" keeps the daemon's group
+	SocketGID   int    // -1 when SocketGroup is ""
+
+	LogLevel  slog.Level
+	LogFormat string // "text" or "json"
+	Pcap      string
+}
+
+// loadFile reads a TOML config strictly: unknown keys and values of the
+// wrong type are errors that name the key and its line.
+func loadFile(path string, raw *rawConfig) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return &configError{fmt.Sprintf("config %s", strings.TrimPrefix(err.Error(), "open "))}
+	}
+	var fc fileConfig
+	d := toml.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&fc); err != nil {
+		return &configError{fmt.Sprintf("config %s: %s", path, tomlError(err))}
+	}
+	in := func(key string) string { return fmt.Sprintf("%s (in %s)", key, path) }
+	str := func(dst *setting[string], v *string, key string) {
+		if v != nil {
+			*dst = setting[string]{*v, in(key)}
+		}
+	}
+	str(&raw.iface, fc.Iface, "iface")
+	str(&raw.mac, fc.MAC, "mac")
+	str(&raw.name, fc.Name, "name")
+	str(&raw.socket, fc.Socket, "socket")
+	str(&raw.socketGroup, fc.SocketGroup, "socket_group")
+	str(&raw.logLevel, fc.LogLevel, "log_level")
+	str(&raw.logFormat, fc.LogFormat, "log_format")
+	str(&raw.pcap, fc.Pcap, "pcap")
+	if fc.IP != nil {
+		raw.ip = setting[[]string]{fc.IP, in("ip")}
+	}
+	if fc.MTU != nil {
+		raw.mtu = setting[int]{*fc.MTU, in("mtu")}
+	}
+	return nil
+}
+
+var tomlTypeMsg = regexp.MustCompile(`cannot decode TOML (\w+) into .* of type (\S+)$`)
+
+// tomlError turns a go-toml error into one line naming the key and its
+// position.
+func tomlError(err error) string {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) && len(strict.Errors) > 0 {
+		var keys []string
+		for i := range strict.Errors {
+			e := &strict.Errors[i]
+			row, _ := e.Position()
+			keys = append(keys, fmt.Sprintf("%q (line %d)", strings.Join(e.Key(), "."), row))
+		}
+		word := "key"
+		if len(keys) > 1 {
+			word = "keys"
+		}
+		return fmt.Sprintf("unknown %s %s", word, strings.Join(keys, ", "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if m := tomlTypeMsg.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("want %s, got a TOML %s", goTypeWord(m[2]), m[1])
+		}
+		if k := de.Key(); len(k) > 0 {
+			return fmt.Sprintf("%s (line %d): %s", strings.Join(k, "."), row, msg)
+		}
+		return fmt.Sprintf("line %d column %d: %s", row, col, msg)
+	}
+	return strings.TrimPrefix(err.Error(), "toml: ")
+}
+
+func goTypeWord(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "[]"):
+		return "an array of " + strings.TrimPrefix(goTypeWord(t[2:]), "a ") + "s"
+	}
+	return t
+}
+
+// validate checks the merged settings and turns them into a Config.
+func (raw *rawConfig) validate() (*Config, error) {
+	c := &Config{Name: defaultName, Socket: defaultSocket, SocketGID: -1, LogLevel: slog.LevelInfo, LogFormat: "text"}
+
+	iface := raw.iface
+	if !iface.set() || iface.v == "" {
+		return nil, &configError{"no interface: give --iface tap:NAME (a new TAP) or --iface IFACE (raw mode on an existing interface), or iface in the config file"}
+	}
+	if name, ok := strings.CutPrefix(iface.v, "tap:"); ok {
+		c.Mode = netstack.ModeTAP
+		if err := checkIfName(name); err != nil {
+			return nil, iface.errorf("TAP name %q %v", name, err)
+		}
+		c.Iface = name
+	} else {
+		c.Mode = netstack.ModeRaw
+		if err := checkIfName(iface.v); err != nil {
+			return nil, iface.errorf("interface name %q %v", iface.v, err)
+		}
+		c.Iface = iface.v
+	}
+
+	for _, s := range raw.ip.v {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return nil, raw.ip.errorf("%v", err)
+		}
+		c.Addrs = append(c.Addrs, p)
+	}
+	if raw.mac.set() && raw.mac.v != "" {
+		m, err := parseMAC(raw.mac.v)
+		if err != nil {
+			return nil, raw.mac.errorf("%v", err)
+		}
+		c.MAC, c.MACSet = m, true
+	}
+	if raw.mtu.set() {
+		if raw.mtu.v < minMTU || raw.mtu.v > maxMTU {
+			return nil, raw.mtu.errorf("%d is out of range (%d..%d; IPv6, which every vrnicd port has, needs %d)", raw.mtu.v, minMTU, maxMTU, minMTU)
+		}
+		c.MTU = raw.mtu.v
+	}
+	if c.Mode == netstack.ModeRaw {
+		// The kernel owns a raw interface: its MAC and addresses are the
+		// NIC's, and are followed as they change.
+		if len(c.Addrs) > 0 {
+			return nil, raw.ip.errorf("raw mode uses %s's own addresses (add them with 'ip addr add ... dev %s'); ip is for tap: interfaces only", c.Iface, c.Iface)
+		}
+		if c.MACSet {
+			return nil, raw.mac.errorf("raw mode uses %s's own MAC; mac is for tap: interfaces only", c.Iface)
+		}
+	} else {
+		if c.MTU == 0 {
+			c.MTU = defaultMTU
+		}
+		if !c.MACSet {
+			c.MAC = stableMAC(c.Iface)
+		}
+	}
+	if raw.name.set() {
+		if err := checkDevName(raw.name.v); err != nil {
+			return nil, raw.name.errorf("%v", err)
+		}
+		c.Name = raw.name.v
+	}
+
+	if raw.socket.set() {
+		c.Socket = raw.socket.v
+	}
+	switch {
+	case c.Socket == "":
+		return nil, raw.socket.errorf("empty socket path")
+	case !strings.HasPrefix(c.Socket, "/"):
+		return nil, raw.socket.errorf("%q is not an absolute path", c.Socket)
+	case len(c.Socket) > maxSocketPath:
+		return nil, raw.socket.errorf("path is %d bytes; a Unix socket path holds at most %d", len(c.Socket), maxSocketPath)
+	}
+	if raw.socketGroup.set() && raw.socketGroup.v != "" {
+		gid, err := lookupGroup(raw.socketGroup.v)
+		if err != nil {
+			return nil, raw.socketGroup.errorf("%v", err)
+		}
+		c.SocketGroup, c.SocketGID = raw.socketGroup.v, gid
+	}
+	if raw.logLevel.set() {
+		l, err := parseLevel(raw.logLevel.v)
+		if err != nil {
+			return nil, raw.logLevel.errorf("%v", err)
+		}
+		c.LogLevel = l
+	}
+	if raw.logFormat.set() {
+		switch f := strings.ToLower(raw.logFormat.v); f {
+		case "text", "json":
+			c.LogFormat = f
+		default:
+			return nil, raw.logFormat.errorf("%q is not text or json", raw.logFormat.v)
+		}
+	}
+	if raw.pcap.set() {
+		c.Pcap = raw.pcap.v
+	}
+	return c, nil
+}
+
+// checkIfName applies the kernel's rules for interface names (dev_valid_name).
+func checkIfName(n string) error {
+	switch {
+	case n == "":
+		return errors.New("is empty")
+	case len(n) > 15:
+		return fmt.Errorf("is %d bytes long; interface names hold at most 15", len(n))
+	case n == "." || n == "..":
+		return errors.New("is not a valid interface name")
+	case strings.ContainsAny(n, "/: \t\n"):
+		return errors.New("contains '/', ':' or white space")
+	}
+	return nil
+}
+
+// checkDevName: the device name clients open (ibv_devinfo's hca_id).
+func checkDevName(n string) error {
+	if n == "" || len(n) > 63 {
+		return fmt.Errorf("device name %q must be 1..63 bytes", n)
+	}
+	for _, r := range n {
+		if !(r == '_' || r == '-' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return fmt.Errorf("device name %q may hold only letters, digits, '.', '-' and '_'", n)
+		}
+	}
+	return nil
+}
+
+// parsePrefix reads ADDRESS/PREFIXLEN for a TAP-mode address.
+func parsePrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		if _, aerr := netip.ParseAddr(s); aerr == nil {
+			return p, fmt.Errorf("%q has no prefix length (write e.g. %s/24 or %s/64)", s, s, s)
+		}
+		return p, fmt.Errorf("%q is not an IPv4 or IPv6 address with a prefix length, like 192.0.2.10/24 or 2001:db8::10/64", s)
+	}
+	a := p.Addr()
+	switch {
+	case a.Zone() != "":
+		return p, fmt.Errorf("%q: an address here takes no zone", s)
+	case a.Is4In6():
+		return p, fmt.Errorf("%q: write IPv4 addresses as a.b.c.d/N", s)
+	case a.IsUnspecified(), a.IsLoopback(), a.IsMulticast():
+		return p, fmt.Errorf("%q cannot be a NIC's address", s)
+	}
+	if a.Is4() && p.Bits() <= 30 {
+		b := a.As4()
+		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		switch host := uint32(1)<<(32-p.Bits()) - 1; v & host {
+		case 0:
+			return p, fmt.Errorf("%q is the subnet's network address, not a host's", s)
+		case host:
+			return p, fmt.Errorf("%q is the subnet's broadcast address, not a host's", s)
+		}
+	}
+	return p, nil
+}
+
+// parseMAC reads a unicast Ethernet address.
+func parseMAC(s string) (net.HardwareAddr, error) {
+	m, err := net.ParseMAC(s)
+	if err != nil || len(m) != 6 {
+		return nil, fmt.Errorf("%q is not an Ethernet MAC address like 02:00:5e:10:00:01", s)
+	}
+	if m[0]&1 != 0 {
+		return nil, fmt.Errorf("%q is a multicast address; a NIC needs a unicast one", s)
+	}
+	if string(m) == "\x00\x00\x00\x00\x00\x00" {
+		return nil, fmt.Errorf("%q is the zero address", s)
+	}
+	return m, nil
+}
+
+// stableMAC derives a locally administered unicast MAC from the host name
+// and the TAP name, so a restarted daemon keeps its MAC and with it its
+// default GID and node GUID.
+func stableMAC(tap string) net.HardwareAddr {
+	host, _ := os.Hostname()
+	sum := sha256.Sum256([]byte("vrnicd\x00" + host + "\x00" + tap))
+	m := net.HardwareAddr(sum[:6])
+	m[0] = m[0]&^0x01 | 0x02
+	return m
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	switch strings.ToLower(s) {
+	case "debug", "info", "warn", "warning", "error":
+		if strings.EqualFold(s, "warning") {
+			s = "warn"
+		}
+		err := l.UnmarshalText([]byte(s))
+		return l, err
+	}
+	return l, fmt.Errorf("%q is not one of debug, info, warn, error", s)
+}
+
+// lookupGroup resolves a group name or a numeric GID.
+func lookupGroup(g string) (int, error) {
+	if n, err := strconv.Atoi(g); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("group %d is not a valid GID", n)
+		}
+		return n, nil
+	}
+	gr, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, fmt.Errorf("no group %q on this host", g)
+	}
+	return strconv.Atoi(gr.Gid)
+}

@@ -1,0 +1,447 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/nic/netstack"
+	"github.com/vrnic/vrnicd/transport"
+)
+
+// Shutdown budget: SIGTERM must end the process within 2 s. Client
+// sessions get part of it; if a step hangs anyway, the watchdog removes the
+// socket and exits (the kernel then removes the TAP with the last fd).
+const (
+	sessionCloseWait = 500 * time.Millisecond
+	shutdownBudget   = 1700 * time.Millisecond
+	pcapFlushEvery   = time.Second
+)
+
+// daemon is one running vrnicd. After start, only the goroutine in wait
+// touches cfg.
+type daemon struct {
+	opts  *options
+	cfg   *Config
+	level *slog.LevelVar
+	log   *slog.Logger
+
+	sock *socketFile
+	sess *sessions
+	lnk  link.Link
+	st   *netstack.Stack
+	dev  *nic.Device
+	gids *gid.Table
+	pcap *pcapTap
+
+	cancel  context.CancelFunc
+	runDone chan error // netstack Run's result
+	ready   atomic.Bool
+}
+
+// newLogger builds the slog logger: text or JSON on stderr. Under journald
+// (JOURNAL_STREAM set) the journal stamps records, so time is left out.
+func newLogger(format string, w io.Writer, level *slog.LevelVar) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if os.Getenv("JOURNAL_STREAM") != "" {
+		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// start brings the daemon up: socket, pcap, link, device, netstack, then
+// the accept loop; READY=1 goes to systemd when all of it is up. On error
+// everything already opened is closed again.
+func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
+	d = &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, runDone: make(chan error, 1)}
+	d.level.Set(cfg.LogLevel)
+	d.log = newLogger(cfg.LogFormat, stderr, d.level)
+
+	var undo []func()
+	defer func() {
+		if err != nil {
+			slices.Reverse(undo)
+			for _, f := range undo {
+				f()
+			}
+		}
+	}()
+
+	sock, stale, err := listenSocket(cfg.Socket, cfg.SocketGID)
+	if err != nil {
+		return nil, err
+	}
+	d.sock = sock
+	undo = append(undo, func() { sock.ln.Close(); sock.remove() })
+	if stale {
+		d.log.Info("replaced a stale socket left by a daemon that is gone", "socket", cfg.Socket)
+	}
+
+	if cfg.Pcap != "" {
+		if err := d.pcap.open(cfg.Pcap); err != nil {
+			return nil, fmt.Errorf("pcap %s: %w", cfg.Pcap, unwrapPath(err))
+		}
+		undo = append(undo, func() { d.pcap.close() })
+	}
+
+	if err := d.openLink(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { d.lnk.Close() })
+
+	mac := d.lnk.HardwareAddr()
+	d.gids = gid.New(mac, 0)
+	d.gids.OnChange(func(es []gid.Entry) {
+		if d.ready.Load() {
+			d.log.Info("GID table changed", "gids", gidList(es))
+		}
+	})
+	d.dev, err = nic.NewDevice(nic.Config{Name: cfg.Name, MAC: mac, LinkMTU: d.lnk.MTU(), GIDs: d.gids, Log: d.log.With("device", cfg.Name)})
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { d.dev.Close() })
+	d.st, err = netstack.New(netstack.Config{
+		Link:    d.lnk,
+		Mode:    cfg.Mode,
+		Addrs:   cfg.Addrs,
+		Deliver: d.dev.Deliver,
+		OnAddrs: func(a []netip.Addr) {
+			if err := d.gids.Sync(a); err != nil {
+				d.log.Warn("GID table", "err", err)
+			}
+		},
+		Tap:    d.pcap,
+		Logger: d.log,
+	})
+	if err != nil {
+		if cfg.Mode == netstack.ModeRaw {
+			return nil, fmt.Errorf("raw mode on %s: %w", cfg.Iface, trimPkg(err))
+		}
+		return nil, trimPkg(err)
+	}
+	undo = append(undo, func() { d.st.Close() })
+	d.dev.Attach(d.st)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	go func() { d.runDone <- d.st.Run(ctx) }()
+
+	d.sess = newSessions(sock.ln, newConnServer(d.dev, d.log), d.log)
+	d.sess.start()
+
+	d.ready.Store(true)
+	d.log.Info("vrnicd ready", d.summary()...)
+	d.notify(sd.SdNotifyReady)
+	return d, nil
+}
+
+// openLink opens the TAP or the raw interface and turns the errors a user
+// can fix into sentences that say how.
+func (d *daemon) openLink() error {
+	cfg := d.cfg
+	if cfg.Mode == netstack.ModeTAP {
+		t, err := link.OpenTAP(link.TAPConfig{Name: cfg.Iface, MTU: cfg.MTU, MAC: cfg.MAC})
+		if err != nil {
+			return tapError(cfg.Iface, err)
+		}
+		d.lnk = t
+		return nil
+	}
+	ifi, err := net.InterfaceByName(cfg.Iface)
+	if err != nil {
+		if strings.Contains(err.Error(), "no such network interface") {
+			return fmt.Errorf("interface %s not found (for a new TAP use --iface tap:%s)", cfg.Iface, cfg.Iface)
+		}
+		return fmt.Errorf("interface %s: %w", cfg.Iface, unwrapPath(err))
+	}
+	if cfg.MTU != 0 && cfg.MTU != ifi.MTU {
+		return &configError{fmt.Sprintf("--mtu %d does not match %s's MTU %d: in raw mode the interface's MTU rules (change it with 'ip link set %s mtu %d', or drop mtu)",
+			cfg.MTU, cfg.Iface, ifi.MTU, cfg.Iface, cfg.MTU)}
+	}
+	r, err := link.OpenRaw(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter()})
+	if err != nil {
+		if isPerm(err) {
+			return fmt.Errorf("raw mode on %s needs CAP_NET_RAW (run vrnicd as root or give it that capability): %v", cfg.Iface, syscall.EPERM)
+		}
+		return fmt.Errorf("raw mode on %s: %w", cfg.Iface, trimPkg(err))
+	}
+	if ifi.Flags&net.FlagUp == 0 {
+		d.log.Warn("interface is down; RoCE traffic flows once it is up", "iface", cfg.Iface)
+	}
+	d.lnk = r
+	return nil
+}
+
+func tapError(name string, err error) error {
+	switch {
+	case isPerm(err):
+		return fmt.Errorf("creating TAP %s needs CAP_NET_ADMIN (run vrnicd as root or give it that capability): %v", name, syscall.EPERM)
+	case errors.Is(err, syscall.EBUSY):
+		return fmt.Errorf("TAP %s exists and is in use by another process", name)
+	case errors.Is(err, syscall.EINVAL):
+		return fmt.Errorf("interface %s exists and is not a TAP device; choose another name", name)
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("creating TAP %s: /dev/net/tun is missing (load the tun module; in a container, pass the device in)", name)
+	}
+	return fmt.Errorf("creating TAP %s: %w", name, trimPkg(err))
+}
+
+func isPerm(err error) bool {
+	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES)
+}
+
+// trimPkg drops the "link: " / "netstack: " prefixes of the layers' errors,
+// which say nothing to a user.
+func trimPkg(err error) error {
+	s := err.Error()
+	for _, p := range []string{"link: ", "netstack: "} {
+		s = strings.TrimPrefix(s, p)
+	}
+	return errors.New(s)
+}
+
+// summary is what a user needs to know about the running NIC, for the
+// ready line and SIGHUP.
+func (d *daemon) summary() []any {
+	var addrs []string
+	for _, p := range d.st.Addrs() {
+		addrs = append(addrs, p.String())
+	}
+	a := []any{
+		"version", versionString(),
+		"device", d.cfg.Name,
+		"iface", d.lnk.Name(),
+		"mode", d.cfg.Mode.String(),
+		"mac", d.lnk.HardwareAddr().String(),
+		"addrs", strings.Join(addrs, ","),
+		"gids", gidList(d.gids.Entries()),
+		"mtu", d.lnk.MTU(),
+		"active_mtu", d.dev.ActiveMTU().Bytes(),
+		"socket", d.cfg.Socket,
+	}
+	if p := d.pcap.current(); p != "" {
+		a = append(a, "pcap", p)
+	}
+	return a
+}
+
+// gidList formats a GID table as "0=fe80::… 1=::ffff:192.0.2.10".
+func gidList(es []gid.Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d=%s", e.Index, netip.AddrFrom16(e.GID))
+	}
+	return b.String()
+}
+
+func (d *daemon) notify(state string) {
+	if _, err := sd.SdNotify(false, state); err != nil {
+		d.log.Warn("sd_notify", "state", state, "err", err)
+	}
+}
+
+// wait runs the signal loop until the daemon stops and returns the exit
+// status.
+func (d *daemon) wait() int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(pcapFlushEvery)
+	defer tick.Stop()
+	flushFailed := false
+	for {
+		select {
+		case s := <-sigs:
+			switch s {
+			case syscall.SIGHUP:
+				d.reload()
+			case syscall.SIGUSR1:
+				d.log.Info("counters", d.counterAttrs()...)
+			default:
+				return d.shutdown("signal "+signalName(s), exitOK, false)
+			}
+		case err := <-d.runDone:
+			if err == nil {
+				err = errors.New("the link was closed")
+			}
+			d.log.Error("link failed; stopping", "iface", d.lnk.Name(), "err", err)
+			return d.shutdown("link failure", exitFail, true)
+		case <-tick.C:
+			if err := d.pcap.flush(); err != nil && !flushFailed {
+				flushFailed = true
+				d.log.Error("pcap write failed; capture stops until SIGHUP opens a new file", "pcap", d.pcap.current(), "err", err)
+			} else if err == nil {
+				flushFailed = false
+			}
+		}
+	}
+}
+
+func signalName(s os.Signal) string {
+	if s == syscall.SIGTERM {
+		return "SIGTERM"
+	}
+	if s == syscall.SIGINT {
+		return "SIGINT"
+	}
+	return s.String()
+}
+
+// shutdown stops everything in order: stop accepting, close client
+// sessions, close the device (QPs flushed), stop the netstack, close the
+// link (the TAP goes with it), close the pcap, remove the socket. STOPPING=1
+// goes to systemd first, when shutdown begins, as sd_notify(3) defines it.
+// A step that hangs past the budget is logged and the process exits anyway.
+func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
+	d.notify(sd.SdNotifyStopping)
+	d.log.Info("stopping", "reason", reason)
+	var step atomic.Value
+	step.Store("")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		step.Store("closing the client socket")
+		d.sess.stopAccepting()
+		step.Store("closing client sessions")
+		if !d.sess.closeAll(sessionCloseWait) {
+			d.log.Warn("client sessions did not end in time", "clients", d.sess.count())
+		}
+		step.Store("closing the device")
+		d.dev.Close()
+		step.Store("stopping the netstack")
+		d.cancel()
+		if !runEnded {
+			<-d.runDone
+		}
+		d.st.Close()
+		step.Store("closing the link")
+		d.lnk.Close()
+		step.Store("closing the pcap file")
+		if err := d.pcap.close(); err != nil {
+			d.log.Error("pcap", "err", err)
+		}
+		step.Store("removing the socket")
+		d.sock.remove()
+	}()
+	select {
+	case <-done:
+		d.log.Info("stopped", d.counterAttrs()...)
+		return code
+	case <-time.After(shutdownBudget):
+		d.log.Error("shutdown did not finish in time; exiting anyway", "step", step.Load())
+		d.sock.remove()
+		return exitFail
+	}
+}
+
+// reload re-reads the config file (flags still override it) and applies
+// what can change while running: log level, pcap file (reopened when
+// renamed away, as after logrotate), TAP-mode addresses, socket group. What
+// needs a restart is logged and keeps its running value. A bad file changes
+// nothing.
+func (d *daemon) reload() {
+	d.notify(sd.SdNotifyReloading)
+	defer d.notify(sd.SdNotifyReady)
+	nc, err := d.opts.load()
+	if err != nil {
+		d.log.Error("reload failed; the running configuration stays", "err", err)
+		return
+	}
+	old := d.cfg
+	var applied []string
+	if nc.LogLevel != old.LogLevel {
+		d.level.Set(nc.LogLevel)
+		applied = append(applied, "log_level="+strings.ToLower(nc.LogLevel.String()))
+	}
+	if reopened, err := d.pcap.reopen(nc.Pcap); err != nil {
+		d.log.Error("pcap not reopened; the old file stays in use", "pcap", nc.Pcap, "err", unwrapPath(err))
+		nc.Pcap = old.Pcap
+	} else if reopened {
+		applied = append(applied, "pcap="+nc.Pcap)
+	}
+	if nc.Mode == netstack.ModeTAP && !slices.Equal(nc.Addrs, old.Addrs) {
+		if err := d.st.SetAddrs(nc.Addrs); err != nil {
+			d.log.Error("addresses not changed", "err", trimPkg(err))
+			nc.Addrs = old.Addrs
+		} else {
+			applied = append(applied, "ip")
+		}
+	}
+	if nc.SocketGID != old.SocketGID {
+		if err := d.sock.setGroup(nc.SocketGID); err != nil {
+			d.log.Error("socket group not changed", "err", err)
+			nc.SocketGroup, nc.SocketGID = old.SocketGroup, old.SocketGID
+		} else {
+			applied = append(applied, "socket_group")
+		}
+	}
+	// The rest is fixed for the daemon's life.
+	restart := func(key string, changed bool, was, now any) {
+		if changed {
+			d.log.Warn("setting changed; it takes effect at restart", "key", key, "running", was, "configured", now)
+		}
+	}
+	restart("iface", nc.Mode != old.Mode || nc.Iface != old.Iface, ifaceString(old), ifaceString(nc))
+	restart("mac", nc.Mode == old.Mode && nc.MAC.String() != old.MAC.String(), old.MAC.String(), nc.MAC.String())
+	restart("mtu", nc.MTU != old.MTU, old.MTU, nc.MTU)
+	restart("name", nc.Name != old.Name, old.Name, nc.Name)
+	restart("socket", nc.Socket != old.Socket, old.Socket, nc.Socket)
+	restart("log_format", nc.LogFormat != old.LogFormat, old.LogFormat, nc.LogFormat)
+	nc.Mode, nc.Iface, nc.MAC, nc.MACSet, nc.MTU = old.Mode, old.Iface, old.MAC, old.MACSet, old.MTU
+	nc.Name, nc.Socket, nc.LogFormat = old.Name, old.Socket, old.LogFormat
+	d.cfg = nc
+	d.log.Info("reloaded", append([]any{"applied", strings.Join(applied, ",")}, d.summary()...)...)
+}
+
+func ifaceString(c *Config) string {
+	if c.Mode == netstack.ModeTAP {
+		return "tap:" + c.Iface
+	}
+	return c.Iface
+}
+
+// counterAttrs are the non-zero netstack and device counters.
+func (d *daemon) counterAttrs() []any {
+	var ns, dv []any
+	d.st.Counters().Each(func(n string, v uint64) {
+		if v != 0 {
+			ns = append(ns, slog.Uint64(n, v))
+		}
+	})
+	snap := d.dev.Counters().Snapshot()
+	for _, n := range transport.CounterNames() {
+		if v := snap[n]; v != 0 {
+			dv = append(dv, slog.Uint64(n, v))
+		}
+	}
+	return []any{slog.Group("netstack", ns...), slog.Group("device", dv...),
+		"qps", len(d.dev.QPs()), "clients", d.sess.count(), "pcap_frames", d.pcap.frames()}
+}

@@ -1,0 +1,273 @@
+// Command vrnicd is the vrnicd daemon: a user-space RoCEv2 RDMA NIC on a
+// TAP device it creates (--iface tap:NAME) or on an existing Ethernet
+// interface in raw mode (--iface IFACE). Clients reach it through a
+// SOCK_SEQPACKET Unix socket.
+//
+// main.go reads the command line, config.go the TOML file, daemon.go wires
+// link, netstack, device and socket together and runs the signal loop
+// (SIGTERM/SIGINT stop, SIGHUP reloads, SIGUSR1 logs counters).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFail   = 1 // a runtime failure: interface, privileges, socket in use, ...
+	exitConfig = 2 // a bad command line or config file; restarting will not help
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
+// it the module version or VCS revision from the build info is shown.
+var version = ""
+
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if v == "" && rev != "" {
+			v = "devel-" + rev[:min(12, len(rev))] + dirty
+		}
+		if v == "" {
+			v = "devel"
+		}
+		return fmt.Sprintf("vrnicd %s (%s)", v, bi.GoVersion)
+	}
+	if v == "" {
+		v = "devel"
+	}
+	return "vrnicd " + v
+}
+
+const usageText = `Usage: vrnicd --iface tap:NAME|IFACE [options]
+
+vrnicd is a user-space RDMA NIC speaking RoCEv2 like Linux soft-RoCE
+(rdma_rxe). Clients use it through the Unix socket (--socket).
+
+Attach modes:
+  --iface tap:NAME     create TAP device NAME; vrnicd is the host on its far
+                       side with its own MAC (--mac) and addresses (--ip).
+                       Needs CAP_NET_ADMIN.
+  --iface IFACE        raw mode on an existing Ethernet interface, with its
+                       MAC, MTU and addresses (followed as they change).
+                       Needs CAP_NET_RAW (and CAP_NET_ADMIN so the kernel
+                       resolves neighbours on request).
+
+Options:
+  --ip ADDR/LEN        an address of the TAP-mode NIC, IPv4 or IPv6, e.g.
+                       192.0.2.10/24 or 2001:db8::10/64; repeat for more
+  --mac MAC            the TAP-mode NIC's MAC (default: a stable locally
+                       administered MAC derived from host and TAP name)
+  --mtu N              the TAP's MTU (default 1500; the RoCE active MTU is
+                       the largest of 256..4096 that fits in N-80). In raw
+                       mode the interface's MTU rules and --mtu must match it
+  --name NAME          device name clients open (default vrnic0)
+  --socket PATH        client socket (default /run/vrnicd/vrnicd.sock)
+  --socket-group GROUP group of the socket, mode 0660 (default: the
+                       daemon's own group)
+  --config FILE        TOML config file (see configs/vrnicd.toml); flags
+                       override it
+  --log-level LEVEL    debug, info, warn or error (default info)
+  --log-format FORMAT  text or json (default text)
+  --pcap FILE          write every RoCEv2 frame sent and received to FILE
+                       (pcap, opens in Wireshark)
+  --version            print the version and exit
+  --help               print this help and exit
+
+Signals: SIGTERM or SIGINT stop the daemon (the TAP and the socket are
+removed); SIGHUP re-reads the config file (log level, pcap file, TAP-mode
+addresses, socket group) and reopens the pcap file; SIGUSR1 logs counters.
+`
+
+// ipFlag is the repeatable --ip.
+type ipFlag []string
+
+func (f *ipFlag) String() string { return strings.Join(*f, ",") }
+func (f *ipFlag) Set(s string) error {
+	*f = append(*f, s)
+	return nil
+}
+
+// intFlag keeps --mtu's text, so a bad value is reported by validate in the
+// same words as a bad config value.
+type intFlag struct{ v int }
+
+func (f *intFlag) String() string { return strconv.Itoa(f.v) }
+func (f *intFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	f.v = n
+	return nil
+}
+
+// options is the parsed command line.
+type options struct {
+	help, version bool
+	config        string
+	flags         rawConfig // only the flags that were given
+}
+
+// parseArgs reads the command line. Errors are one line.
+func parseArgs(args []string) (*options, error) {
+	fs := flag.NewFlagSet("vrnicd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	o := &options{}
+	var (
+		iface, mac, name, socket, group, level, format, pcap string
+		ips                                                  ipFlag
+		mtu                                                  intFlag
+	)
+	fs.BoolVar(&o.help, "help", false, "")
+	fs.BoolVar(&o.help, "h", false, "")
+	fs.BoolVar(&o.version, "version", false, "")
+	fs.StringVar(&o.config, "config", "", "")
+	fs.StringVar(&iface, "iface", "", "")
+	fs.Var(&ips, "ip", "")
+	fs.StringVar(&mac, "mac", "", "")
+	fs.Var(&mtu, "mtu", "")
+	fs.StringVar(&name, "name", "", "")
+	fs.StringVar(&socket, "socket", "", "")
+	fs.StringVar(&group, "socket-group", "", "")
+	fs.StringVar(&level, "log-level", "", "")
+	fs.StringVar(&format, "log-format", "", "")
+	fs.StringVar(&pcap, "pcap", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			o.help = true
+			return o, nil
+		}
+		return nil, &configError{strings.Replace(err.Error(), "flag provided but not defined: -", "unknown flag --", 1) +
+			" (see vrnicd --help)"}
+	}
+	if fs.NArg() > 0 {
+		return nil, &configError{fmt.Sprintf("unexpected argument %q (see vrnicd --help)", fs.Arg(0))}
+	}
+	r := &o.flags
+	fs.Visit(func(f *flag.Flag) {
+		origin := "--" + f.Name
+		switch f.Name {
+		case "iface":
+			r.iface = setting[string]{iface, origin}
+		case "ip":
+			r.ip = setting[[]string]{ips, origin}
+		case "mac":
+			r.mac = setting[string]{mac, origin}
+		case "mtu":
+			r.mtu = setting[int]{mtu.v, origin}
+		case "name":
+			r.name = setting[string]{name, origin}
+		case "socket":
+			r.socket = setting[string]{socket, origin}
+		case "socket-group":
+			r.socketGroup = setting[string]{group, origin}
+		case "log-level":
+			r.logLevel = setting[string]{level, origin}
+		case "log-format":
+			r.logFormat = setting[string]{format, origin}
+		case "pcap":
+			r.pcap = setting[string]{pcap, origin}
+		}
+	})
+	return o, nil
+}
+
+// load reads the config file, if any, lays the flags over it and
+// validates the result. The daemon calls it at start and on SIGHUP.
+func (o *options) load() (*Config, error) {
+	var raw rawConfig
+	if o.config != "" {
+		if err := loadFile(o.config, &raw); err != nil {
+			return nil, err
+		}
+	}
+	f := &o.flags
+	over := func(dst *setting[string], src setting[string]) {
+		if src.set() {
+			*dst = src
+		}
+	}
+	over(&raw.iface, f.iface)
+	over(&raw.mac, f.mac)
+	over(&raw.name, f.name)
+	over(&raw.socket, f.socket)
+	over(&raw.socketGroup, f.socketGroup)
+	over(&raw.logLevel, f.logLevel)
+	over(&raw.logFormat, f.logFormat)
+	over(&raw.pcap, f.pcap)
+	if f.ip.set() {
+		raw.ip = f.ip
+	}
+	if f.mtu.set() {
+		raw.mtu = f.mtu
+	}
+	c, err := raw.validate()
+	if err != nil {
+		return nil, err
+	}
+	c.File = o.config
+	return c, nil
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is the whole program; it returns the exit status. Every failure is
+// one line on stderr.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseArgs(args)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if o.help {
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
+	if o.version {
+		fmt.Fprintln(stdout, versionString())
+		return exitOK
+	}
+	cfg, err := o.load()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	d, err := start(o, cfg, stderr)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	return d.wait()
+}
+
+// fail prints err as one line and returns its exit status.
+func fail(stderr io.Writer, err error) int {
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	fmt.Fprintf(stderr, "vrnicd: %s\n", msg)
+	var ce *configError
+	if errors.As(err, &ce) {
+		return exitConfig
+	}
+	return exitFail
+}
