@@ -12,7 +12,7 @@ build:
 
 # test: formatting, vet, then every test under the race detector. Tests that
 # need root (network namespaces, TAP) skip with a message when not root.
-test: check unit long
+test: check unit long systemd-check
 
 check: fmt vet
 
@@ -46,6 +46,11 @@ bench:
 interop:
 	./interop/vm/build
 	$(GO) test -count=1 -timeout 20m ./interop/...
+
+# systemd-check: systemd-analyze verify on every unit in systemd/, failing on
+# any output (it exits 0 on warnings); skipped when systemd-analyze is absent.
+systemd-check:
+	GO=$(GO) ./systemd/verify
 
 clean:
 	$(GO) clean -testcache
