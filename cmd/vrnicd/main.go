@@ -129,6 +129,7 @@ type options struct {
 	help, version bool
 	config        string
 	flags         rawConfig // only the flags that were given
+	fs            *flag.FlagSet
 }
 
 // parseArgs reads the command line. Errors are one line.
@@ -136,7 +137,7 @@ func parseArgs(args []string) (*options, error) {
 	fs := flag.NewFlagSet("vrnicd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	o := &options{}
+	o := &options{fs: fs}
 	var (
 		iface, mac, name, socket, group, level, format, pcap string
 		ips                                                  ipFlag
@@ -161,8 +162,10 @@ func parseArgs(args []string) (*options, error) {
 			o.help = true
 			return o, nil
 		}
-		return nil, &configError{strings.Replace(err.Error(), "flag provided but not defined: -", "unknown flag --", 1) +
-			" (see vrnicd --help)"}
+		msg := strings.Replace(err.Error(), "flag provided but not defined: -", "unknown flag --", 1)
+		msg = strings.Replace(msg, "for flag -", "for flag --", 1)
+		msg = strings.Replace(msg, "flag needs an argument: -", "flag needs an argument: --", 1)
+		return nil, &configError{msg + " (see vrnicd --help)"}
 	}
 	if fs.NArg() > 0 {
 		return nil, &configError{fmt.Sprintf("unexpected argument %q (see vrnicd --help)", fs.Arg(0))}

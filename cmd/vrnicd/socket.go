@@ -17,9 +17,24 @@ import (
 // it made, so shutdown removes that file and never one a newer daemon put
 // at the same path.
 type socketFile struct {
-	path     string
-	ln       *net.UnixListener
+	path string
+	ln   *net.UnixListener
+	id   fileStamp
+}
+
+// fileStamp identifies a file. The inode number alone is not enough: a
+// file system reuses it at once for the next file made in the directory.
+type fileStamp struct {
 	dev, ino uint64
+	ctime    unix.Timespec
+}
+
+func stamp(path string) (fileStamp, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{st.Dev, st.Ino, st.Ctim}, nil
 }
 
 // umaskMu serialises the process-wide umask change around bind.
@@ -79,11 +94,6 @@ func listenSocket(path string, gid int) (s *socketFile, stale bool, err error) {
 		s.remove()
 		return nil, false, err
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return fail(fmt.Errorf("socket %s: %w", path, err))
-	}
-	s.dev, s.ino = st.Dev, st.Ino
 	if err := s.setGroup(gid); err != nil {
 		return fail(err)
 	}
@@ -101,6 +111,12 @@ func (s *socketFile) setGroup(gid int) error {
 	if err := os.Lchown(s.path, -1, gid); err != nil {
 		return fmt.Errorf("socket %s: give it to group %d: %w", s.path, gid, unwrapPath(err))
 	}
+	// chmod and chown changed ctime: take the file's identity now.
+	id, err := stamp(s.path)
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", s.path, unwrapPath(err))
+	}
+	s.id = id
 	return nil
 }
 
@@ -117,11 +133,11 @@ func probe(path string) error {
 
 // remove deletes the socket file if it is still the one this daemon made.
 func (s *socketFile) remove() {
-	var st unix.Stat_t
-	if err := unix.Lstat(s.path, &st); err != nil {
+	id, err := stamp(s.path)
+	if err != nil {
 		return
 	}
-	if s.ino != 0 && (st.Dev != s.dev || st.Ino != s.ino) {
+	if s.id != (fileStamp{}) && id != s.id {
 		return // a newer daemon's
 	}
 	_ = os.Remove(s.path)

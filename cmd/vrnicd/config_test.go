@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vrnic/vrnicd/nic/netstack"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "vrnicd.toml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runIn runs the program in-process and returns status and stderr.
+func runIn(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Every bad command line or config is one line naming the flag or key, and
+// exit status 2, before anything is opened.
+func TestBadConfig(t *testing.T) {
+	sock := "--socket=" + filepath.Join(t.TempDir(), "s.sock")
+	tests := []struct {
+		name string
+		file string // config body; "" for none
+		args []string
+		want []string
+	}{
+		{"unknown key", "iface = \"tap:v0\"\nbogus = 1\n", nil, []string{`unknown key "bogus" (line 2)`}},
+		{"unknown keys", "bogus = 1\n[log]\nlevel = \"x\"\n", nil, []string{`unknown keys "bogus" (line 1), "log" (line 2)`}},
+		{"wrong type", "iface = \"tap:v0\"\nmtu = \"big\"\n", nil, []string{"mtu (line 2): want an integer, got a TOML string"}},
+		{"wrong element type", "iface = \"tap:v0\"\nip = [\"192.0.2.1/24\", 3]\n", nil, []string{"ip (line 2): want a string, got a TOML integer"}},
+		{"syntax", "iface = \n", nil, []string{"line 1 column"}},
+		{"mtu range", "iface = \"tap:v0\"\nmtu = 100\n", nil, []string{"mtu (in ", "100 is out of range (1280..65521"}},
+		{"bad ip", "iface = \"tap:v0\"\nip = [\"192.0.2.300/24\"]\n", nil, []string{"ip (in ", `"192.0.2.300/24" is not an IPv4 or IPv6 address`}},
+		{"ip without length", "", []string{"--iface=tap:v0", "--ip=192.0.2.10"}, []string{"--ip: ", `"192.0.2.10" has no prefix length`}},
+		{"broadcast ip", "", []string{"--iface=tap:v0", "--ip=192.0.2.255/24"}, []string{"--ip: ", "broadcast address"}},
+		{"multicast ip", "", []string{"--iface=tap:v0", "--ip=ff02::1/64"}, []string{"--ip: ", "cannot be a NIC's address"}},
+		{"bad mac", "iface = \"tap:v0\"\nmac = \"02:00:5e:zz:00:01\"\n", nil, []string{"mac (in ", "is not an Ethernet MAC address"}},
+		{"multicast mac", "", []string{"--iface=tap:v0", "--mac=01:00:5e:00:00:01"}, []string{"--mac: ", "multicast"}},
+		{"bad log level", "iface = \"tap:v0\"\nlog_level = \"loud\"\n", nil, []string{"log_level (in ", `"loud" is not one of debug, info, warn, error`}},
+		{"bad log format", "", []string{"--iface=tap:v0", "--log-format=xml"}, []string{"--log-format: ", "not text or json"}},
+		{"no iface", "log_level = \"debug\"\n", nil, []string{"no interface"}},
+		{"long tap name", "", []string{"--iface=tap:abcdefghijklmnop"}, []string{"--iface: ", "at most 15"}},
+		{"raw with ip", "", []string{"--iface=eth0", "--ip=192.0.2.1/24"}, []string{"--ip: ", "raw mode uses eth0's own addresses"}},
+		{"raw with mac", "", []string{"--iface=eth0", "--mac=02:00:00:00:00:01"}, []string{"--mac: ", "raw mode uses eth0's own MAC"}},
+		{"relative socket", "", []string{"--iface=tap:v0", "--socket=run/x.sock"}, []string{"--socket: ", "not an absolute path"}},
+		{"long socket", "", []string{"--iface=tap:v0", "--socket=/" + strings.Repeat("x", 120)}, []string{"--socket: ", "at most 107"}},
+		{"no such group", "", []string{"--iface=tap:v0", "--socket-group=no-such-group-vrnicd"}, []string{"--socket-group: ", `no group "no-such-group-vrnicd"`}},
+		{"bad device name", "", []string{"--iface=tap:v0", "--name=a/b"}, []string{"--name: ", "may hold only"}},
+		{"unknown flag", "", []string{"--bogus"}, []string{"unknown flag --bogus", "vrnicd --help"}},
+		{"bad flag value", "", []string{"--mtu=abc"}, []string{`invalid value "abc" for flag --mtu`}},
+		{"stray argument", "", []string{"--iface=tap:v0", "extra"}, []string{`unexpected argument "extra"`}},
+		{"missing file", "", []string{"--config=/nonexistent/vrnicd.toml"}, []string{"config /nonexistent/vrnicd.toml: no such file or directory"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{sock}, tt.args...)
+			if tt.file != "" {
+				p := writeFile(t, tt.file)
+				args = append(args, "--config", p)
+				for i, w := range tt.want {
+					tt.want[i] = strings.ReplaceAll(w, "(in ", "(in "+p)
+				}
+			}
+			code, stdout, stderr := runIn(args...)
+			if code != exitConfig {
+				t.Errorf("exit status %d, want %d", code, exitConfig)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q", stdout)
+			}
+			oneLine(t, stderr, tt.want...)
+		})
+	}
+}
+
+func TestFlagsOverrideFile(t *testing.T) {
+	p := writeFile(t, `
+iface = "tap:file0"
+ip = ["192.0.2.10/24", "2001:db8::10/64"]
+mtu = 9000
+log_level = "debug"
+socket = "/run/x/file.sock"
+pcap = "/tmp/file.pcap"
+`)
+	o, err := parseArgs([]string{"--config", p, "--mtu", "4200", "--ip", "198.51.100.1/24", "--ip", "2001:db8:1::1/64", "--pcap="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("2001:db8:1::1/64")}
+	if c.Mode != netstack.ModeTAP || c.Iface != "file0" || c.MTU != 4200 || !slices.Equal(c.Addrs, want) ||
+		c.LogLevel != slog.LevelDebug || c.Socket != "/run/x/file.sock" || c.Pcap != "" || c.File != p {
+		t.Fatalf("merged config %+v", c)
+	}
+	if !c.MACSet && c.MAC.String() != stableMAC("file0").String() {
+		t.Fatalf("default MAC %v, want the stable one %v", c.MAC, stableMAC("file0"))
+	}
+	// Defaults with no file.
+	o, _ = parseArgs([]string{"--iface", "eth1"})
+	c, err = o.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != netstack.ModeRaw || c.Iface != "eth1" || c.Socket != defaultSocket || c.Name != defaultName ||
+		c.MTU != 0 || c.MAC != nil || c.LogLevel != slog.LevelInfo || c.LogFormat != "text" || c.SocketGID != -1 {
+		t.Fatalf("raw-mode defaults %+v", c)
+	}
+}
+
+// The shipped example is valid, sets every key the file format has (most
+// commented out), and describes them.
+func TestExampleConfig(t *testing.T) {
+	o, _ := parseArgs([]string{"--config", "../../configs/vrnicd.toml"})
+	c, err := o.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != netstack.ModeTAP || c.Iface != "vrnic0" || len(c.Addrs) != 2 {
+		t.Fatalf("example config %+v", c)
+	}
+	body, err := os.ReadFile("../../configs/vrnicd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := reflect.TypeOf(fileConfig{})
+	for i := range ft.NumField() {
+		key := ft.Field(i).Tag.Get("toml")
+		if !regexp.MustCompile(`(?m)^#? ?` + key + ` = `).Match(body) {
+			t.Errorf("configs/vrnicd.toml does not show key %q", key)
+		}
+	}
+	// Uncommenting every example line still gives a valid (raw-mode
+	// keys aside) config.
+	all := regexp.MustCompile(`(?m)^# ([a-z_]+ = .*)$`).ReplaceAllString(string(body), "$1")
+	all = strings.Replace(all, `socket_group = "rdma"`, `socket_group = "0"`, 1)
+	p := writeFile(t, all)
+	o, _ = parseArgs([]string{"--config", p})
+	if _, err := o.load(); err != nil {
+		t.Fatalf("example with every key: %v", err)
+	}
+}
+
+func TestStableMAC(t *testing.T) {
+	a, b := stableMAC("vrnic0"), stableMAC("vrnic1")
+	if a.String() != stableMAC("vrnic0").String() {
+		t.Fatal("not stable")
+	}
+	if a.String() == b.String() {
+		t.Fatal("two TAP names, one MAC")
+	}
+	for _, m := range [][]byte{a, b} {
+		if m[0]&1 != 0 || m[0]&2 == 0 {
+			t.Fatalf("%x is not a locally administered unicast MAC", m)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, h := range []string{"--help", "-h", "-help"} {
+		code, out, errs := runIn(h)
+		if code != 0 || errs != "" || !strings.HasPrefix(out, "Usage: vrnicd") {
+			t.Fatalf("%s: %d %q %q", h, code, out, errs)
+		}
+	}
+	_, help, _ := runIn("--help")
+	o, _ := parseArgs(nil)
+	o.fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "h" && !strings.Contains(help, "--"+f.Name+" ") {
+			t.Errorf("--help does not describe --%s", f.Name)
+		}
+	})
+	code, out, errs := runIn("--version")
+	if code != 0 || errs != "" || !regexp.MustCompile(`^vrnicd \S+ \(go1\.\d+`).MatchString(out) {
+		t.Fatalf("--version: %d %q %q", code, out, errs)
+	}
+}
