@@ -22,7 +22,7 @@ type side struct {
 	addr uint64
 }
 
-func newSide(t *testing.T, h *nictest.Host, typ transport.QPType, addr uint64) *side {
+func newSide(t testing.TB, h *nictest.Host, typ transport.QPType, addr uint64) *side {
 	t.Helper()
 	s := &side{h: h, scq: transport.NewMemCQ(4096, nil), rcq: transport.NewMemCQ(4096, nil), addr: addr}
 	var err error
@@ -46,7 +46,7 @@ func (s *side) sge(off, n int) []transport.SGE {
 	return []transport.SGE{{Addr: s.addr + uint64(off), Length: uint32(n), LKey: s.key}}
 }
 
-func waitCQ(t *testing.T, cq *transport.MemCQ, n int) []transport.WC {
+func waitCQ(t testing.TB, cq *transport.MemCQ, n int) []transport.WC {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for cq.Len() < n {
