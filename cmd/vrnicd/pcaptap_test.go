@@ -10,19 +10,28 @@ import (
 
 func pcapFrames(t *testing.T, path string) int {
 	t.Helper()
+	n, err := countPcap(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return n
+}
+
+// countPcap counts the frames of a pcap file.
+func countPcap(path string) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer f.Close()
 	r, err := pcapgo.NewReader(f)
 	if err != nil {
-		t.Fatalf("%s: %v", path, err)
+		return 0, err
 	}
 	n := 0
 	for {
 		if _, _, err := r.ReadPacketData(); err != nil {
-			return n
+			return n, nil
 		}
 		n++
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -162,7 +163,9 @@ func spawn(t testing.TB, ns *linktest.NS, env []string, args ...string) *daemonP
 		argv = append([]string{"ip", "netns", "exec", ns.Name}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	// The race runtime sleeps 1 s at exit by default; that is not the
+	// daemon's time.
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -174,14 +177,24 @@ func spawn(t testing.TB, ns *linktest.NS, env []string, args ...string) *daemonP
 			p.socket = args[i+1]
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	// Pdeathsig fires when the thread that forked exits, and Go ends
+	// threads (those of NS.Do, for one), so the fork happens on a thread
+	// locked for as long as the daemon lives.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.log.consume(stderr)
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		select {
 		case <-p.done:
@@ -242,6 +255,7 @@ func runFail(t testing.TB, prefix []string, args ...string) (int, string) {
 	bin, _ := binaries(t)
 	argv := append(append(prefix[:len(prefix):len(prefix)], bin), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	var stderr, stdout bytes.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, &stdout
 	done := make(chan error, 1)

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic/link/linktest"
+)
+
+// vrnicd on a TAP in one namespace, bridged to a veth whose far end sits in
+// a second namespace: sd_notify, the ready line, ping over IPv4 and IPv6,
+// RoCEv2 frames reaching the receive path (counters and pcap), SIGHUP
+// (log level, a new address), the pcap read back by vrnicctl decode, and
+// SIGTERM (exit 0 within 2 s, TAP and socket gone, STOPPING=1).
+func TestTAPDaemon(t *testing.T) {
+	linktest.RequireRoot(t)
+	_, vrnicctl := binaries(t)
+	nsD := linktest.NewNS(t, "vdd")
+	nsP := linktest.NewNS(t, "vdp")
+	tap, br := linktest.UniqueName("vt"), linktest.UniqueName("vb")
+	vd, vp := linktest.UniqueName("vd"), linktest.UniqueName("vp")
+	nsD.Exec(t, "ip", "link", "add", br, "type", "bridge")
+	nsD.Exec(t, "ip", "link", "set", br, "up")
+	linktest.VethPair(t, nsD, vd, nsP, vp)
+	nsD.Exec(t, "ip", "link", "set", vd, "master", br)
+	nsP.Exec(t, "ip", "addr", "add", "192.0.2.20/24", "dev", vp)
+	nsP.Exec(t, "ip", "addr", "add", "2001:db8::20/64", "dev", vp, "nodad")
+
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "vrnicd.sock")
+	pcap := filepath.Join(dir, "roce.pcap")
+	cfg := filepath.Join(dir, "vrnicd.toml")
+	writeConfig := func(level string, ips ...string) {
+		q := make([]string, len(ips))
+		for i, ip := range ips {
+			q[i] = `"` + ip + `"`
+		}
+		body := "iface = \"tap:" + tap + "\"\nlog_level = \"" + level + "\"\nip = [" + strings.Join(q, ", ") + "]\n"
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig("info", "192.0.2.10/24", "2001:db8::10/64")
+	notify := newNotifySocket(t)
+
+	d := startDaemon(t, nsD, []string{"NOTIFY_SOCKET=" + notify.path}, "--config", cfg, "--socket", sock, "--pcap", pcap)
+
+	// READY=1 only once the socket is there.
+	if m := notify.next(t, 5*time.Second); m != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", m)
+	}
+	if !exists(sock) {
+		t.Fatal("READY=1 arrived before the socket existed")
+	}
+	// The ready line tells what a user needs.
+	r := d.ready
+	if recordString(r, "iface") != tap || recordString(r, "mode") != "tap" || recordString(r, "socket") != sock ||
+		r["mtu"] != 1500.0 || r["active_mtu"] != 1024.0 || recordString(r, "mac") != stableMAC(tap).String() {
+		t.Fatalf("ready line %v", r)
+	}
+	for _, g := range []string{"1=::ffff:192.0.2.10", "2=2001:db8::10"} {
+		if !hasField(recordString(r, "gids"), g) {
+			t.Errorf("ready line GIDs %q lack %s", r["gids"], g)
+		}
+	}
+	if !ifaceExists(nsD, tap) {
+		t.Fatal("no TAP")
+	}
+	nsD.Exec(t, "ip", "link", "set", tap, "master", br)
+
+	for _, a := range []string{"192.0.2.10", "2001:db8::10"} {
+		if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", a); err != nil {
+			t.Fatalf("ping %s: %v\n%s", a, err, out)
+		}
+	}
+
+	// RoCEv2 to the daemon: no QP 0x11 exists, so each one reaches the
+	// device and is dropped there, counted.
+	p := newPeer(t, nsP, vp)
+	p.sendRC(t, netip.MustParseAddr("192.0.2.10"), 0x11, 5)
+	p.sendRC(t, netip.MustParseAddr("2001:db8::10"), 0x11, 3)
+	var ns, dev map[string]float64
+	if !waitUntil(5*time.Second, func() bool {
+		ns, dev = d.counters()
+		return ns["roce_in"] >= 8 && dev["rcvd_dropped"] >= 8
+	}) {
+		t.Fatalf("RoCEv2 frames did not reach the device: netstack %v device %v", ns, dev)
+	}
+	if ns["icrc_errors"] != 0 || ns["arp_requests_in"] == 0 || ns["echo_replies"] < 2 {
+		t.Errorf("netstack counters %v", ns)
+	}
+	// The pcap is flushed while the daemon runs.
+	var nFrames int
+	if !waitUntil(3*time.Second, func() bool { nFrames, _ = countPcap(pcap); return nFrames >= 8 }) {
+		t.Fatalf("pcap has %d frames while running, want ≥ 8", nFrames)
+	}
+
+	// SIGHUP: the log level and a new address come from the file.
+	from := d.log.count()
+	if c, err := dialSeq(sock); err == nil {
+		c.Close()
+	}
+	d.counters() // a round trip: the connection was seen by now, or soon
+	if strings.Contains(d.log.String(), `"level":"DEBUG"`) {
+		t.Fatal("debug records at log level info")
+	}
+	writeConfig("debug", "192.0.2.10/24", "192.0.2.11/24", "2001:db8::10/64")
+	d.signal(syscall.SIGHUP)
+	rr, _ := d.log.waitRecord(t, from, "reloaded", 5*time.Second)
+	if !hasField(recordString(rr, "applied"), "log_level=debug") || !hasField(recordString(rr, "applied"), "ip") {
+		t.Fatalf("reload applied %q", rr["applied"])
+	}
+	for _, want := range []string{"RELOADING=1", "READY=1"} {
+		if m := notify.next(t, 5*time.Second); m != want {
+			t.Fatalf("reload notification %q, want %s", m, want)
+		}
+	}
+	if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", "192.0.2.11"); err != nil {
+		t.Fatalf("ping the address added by SIGHUP: %v\n%s", err, out)
+	}
+	from = d.log.count()
+	if c, err := dialSeq(sock); err == nil {
+		c.Close()
+	}
+	d.log.waitRecord(t, from, "client connected", 5*time.Second) // a debug record
+
+	// SIGTERM.
+	t0 := time.Now()
+	d.signal(syscall.SIGTERM)
+	code, ok := d.wait(5 * time.Second)
+	took := time.Since(t0)
+	if !ok || code != 0 {
+		t.Fatalf("after SIGTERM: exited=%v status %d", ok, code)
+	}
+	if took > 2*time.Second {
+		t.Errorf("SIGTERM to exit took %v; the limit is 2 s", took)
+	}
+	t.Logf("SIGTERM to exit: %v", took)
+	if ifaceExists(nsD, tap) {
+		t.Error("TAP still there after exit")
+	}
+	if exists(sock) {
+		t.Error("socket still there after exit")
+	}
+	if m := notify.next(t, time.Second); m != "STOPPING=1" {
+		t.Errorf("shutdown notification %q, want STOPPING=1", m)
+	}
+
+	// Every frame of the pcap decodes, with a good ICRC.
+	out, err := exec.Command(vrnicctl, "decode", "--json", pcap).CombinedOutput()
+	if err != nil {
+		t.Fatalf("vrnicctl decode: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 8 {
+		t.Fatalf("vrnicctl decode printed %d packets, want ≥ 8:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("decode line %q: %v", l, err)
+		}
+		if rec["icrc"] != "ok" || rec["error"] != nil {
+			t.Errorf("pcap packet %s", l)
+		}
+	}
+}
