@@ -125,9 +125,25 @@ var opNames = [numOps]string{"op0", "hello", "query_device", "query_port", "quer
 	"create_cq", "destroy_cq", "resize_cq", "req_notify_cq", "create_qp", "modify_qp", "query_qp", "destroy_qp",
 	"create_srq", "modify_srq", "query_srq", "destroy_srq", "create_ah", "destroy_ah", "event"}
 
+// Client-side operations: never on the wire, they name the verb of an
+// error found by the SDK itself.
+const (
+	OpPostSend Op = 0x100 + iota
+	OpPostRecv
+	OpPostSRQRecv
+)
+
 func (o Op) String() string {
 	if o < numOps {
 		return opNames[o]
+	}
+	switch o {
+	case OpPostSend:
+		return "post_send"
+	case OpPostRecv:
+		return "post_recv"
+	case OpPostSRQRecv:
+		return "post_srq_recv"
 	}
 	return fmt.Sprintf("op%d", uint16(o))
 }

@@ -49,6 +49,13 @@ func (p *Producer) Next() []byte {
 	return e
 }
 
+// Cancel takes back the last entry returned by Next (not yet published).
+func (p *Producer) Cancel() {
+	if p.pending > 0 {
+		p.pending--
+	}
+}
+
 // Publish makes every entry returned by Next visible, and reports whether
 // the consumer was idle and must be woken (the caller writes the doorbell).
 func (p *Producer) Publish() (ring bool) {

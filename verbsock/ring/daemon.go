@@ -33,6 +33,8 @@ func (c *consumer) init(m []byte, entries uint32, esize, pageSize int) error {
 		return err
 	}
 	c.m, c.entries, c.esize = m, uint64(entries), esize
+	// The consumer starts idle: the first entry published must ring.
+	atomic.StoreUint32(u32p(m, offArmed), 1)
 	return nil
 }
 

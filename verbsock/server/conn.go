@@ -1,0 +1,428 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/mem"
+	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/ring"
+	"github.com/vrnic/vrnicd/verbsock/shm"
+	"golang.org/x/sys/unix"
+)
+
+// conn is one client. Its request loop is the only writer of the handle
+// tables; the QP owners read them (AH and memory handles in SQEs) through
+// the Resolver methods, under mu's read lock. Nothing that waits for an
+// owner goroutine (QP.Destroy) runs with mu held.
+type conn struct {
+	s    *Server
+	sock *verbsock.Conn
+	id   uint32
+	pid  int
+	log  *slog.Logger
+
+	version uint16
+
+	mu         sync.RWMutex
+	nextHandle uint32
+	pds        map[uint32]*pdObj
+	mems       map[uint32]*memObj
+	mrs        map[uint32]*mrObj
+	mws        map[uint32]*mwObj
+	cqs        map[uint32]*cqObj
+	qps        map[uint32]*qpObj
+	srqs       map[uint32]*srqObj
+	ahs        map[uint32]*ahObj
+	mrBytes    uint64
+	memBytes   atomic.Int64 // mapped bytes still alive (decremented at unmap)
+
+	events chan verbsock.EventMsg
+	lost   atomic.Uint32
+	notify chan *cqObj // CQs whose completion eventfd is to be written
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+type pdObj struct{ pd mem.PD }
+
+type memObj struct {
+	m    *shm.Mapping
+	size int64
+}
+
+type mrObj struct {
+	pd     uint32
+	key    uint32
+	length uint64
+}
+
+type mwObj struct {
+	pd  uint32
+	key uint32
+}
+
+type cqObj struct {
+	cq      *ring.CQ
+	m       *shm.Mapping
+	ev      *os.File // completion eventfd, nil without events
+	users   int      // QPs using it (guarded by conn.mu)
+	pending atomic.Bool
+}
+
+type qpObj struct {
+	qp       atomic.Pointer[nic.QP]
+	pd       uint32
+	typ      transport.QPType
+	sigAll   bool
+	cap      transport.QPCap
+	scq, rcq *cqObj
+	srq      *srqObj
+	sqm, rqm *shm.Mapping
+	bell     *bell
+}
+
+type srqObj struct {
+	srq   *transport.SRQ
+	pd    uint32
+	rq    *ring.RecvQueue
+	m     *shm.Mapping
+	bell  *bell
+	users int
+}
+
+type ahObj struct {
+	av *transport.AddressVector // immutable once published
+	pd mem.PD
+}
+
+func (s *Server) newConn(uc *net.UnixConn) (*conn, error) {
+	cred, err := verbsock.PeerCred(uc)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{s: s, sock: verbsock.NewConn(uc), pid: int(cred.Pid), nextHandle: 1,
+		pds: map[uint32]*pdObj{}, mems: map[uint32]*memObj{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mwObj{},
+		cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{}, srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{},
+		events: make(chan verbsock.EventMsg, 256), notify: make(chan *cqObj, s.limits.MaxCQ), done: make(chan struct{})}
+	if !s.register(c) {
+		return nil, ErrServerClosed
+	}
+	c.log = s.log.With("client", c.id, "client_pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
+	c.log.Info("verbsock client connected")
+	return c, nil
+}
+
+func (c *conn) serve() {
+	defer c.s.unregister(c)
+	c.wg.Add(2)
+	go c.eventWriter()
+	go c.notifier()
+	c.loop()
+	c.cleanup()
+	close(c.done)
+	c.wg.Wait()
+	c.sock.Close()
+}
+
+func (c *conn) loop() {
+	for {
+		h, p, fds, err := c.sock.Read()
+		if err != nil {
+			var fe *verbsock.FrameError
+			if errors.As(err, &fe) {
+				c.replyErr(fe.Header, fe.Err)
+				continue
+			}
+			if errors.Is(err, verbsock.ErrShortFrame) {
+				c.log.Warn("verbsock protocol violation: frame shorter than a header; disconnecting")
+			}
+			return
+		}
+		if !c.handle(h, p, fds) {
+			return
+		}
+	}
+}
+
+// handle runs one request; false ends the connection (a reply could not
+// be written).
+func (c *conn) handle(h verbsock.Header, p []byte, fds []int) bool {
+	defer verbsock.CloseFDs(fds) // every descriptor not taken by the handler
+	if c.version == 0 && h.Op != verbsock.OpHello {
+		return c.replyErr(h, verbsock.Errf(syscall.EPROTO, "hello first"))
+	}
+	if c.version != 0 && h.Version != c.version {
+		return c.replyErr(h, verbsock.Errf(syscall.EPROTO, "frame version %d, connection speaks %d", h.Version, c.version))
+	}
+	req, err := verbsock.DecodeRequest(h, p, len(fds))
+	if err != nil {
+		return c.replyErr(h, err)
+	}
+	resp, rfds, err := c.dispatch(h.Op, req, fds)
+	if err != nil {
+		c.log.Debug("verbsock request failed", "op", h.Op, "err", err)
+		return c.replyErr(h, err)
+	}
+	if err := c.sock.Write(verbsock.Header{Version: h.Version, Op: h.Op, ID: h.ID, Flags: verbsock.FlagReply},
+		verbsock.Encode(nil, resp), rfds, c.s.cfg.WriteTimeout); err != nil {
+		c.log.Warn("verbsock reply not delivered; disconnecting", "op", h.Op, "err", err)
+		return false
+	}
+	return true
+}
+
+func (c *conn) replyErr(h verbsock.Header, err error) bool {
+	errno := verbsock.ErrnoOf(err)
+	msg := err.Error()
+	var e *verbsock.Error
+	if errors.As(err, &e) && e.Msg != "" {
+		msg = e.Msg
+	}
+	if len(msg) > verbsock.MaxErrorText {
+		msg = msg[:verbsock.MaxErrorText]
+	}
+	v := h.Version
+	if v == 0 {
+		v = verbsock.Version
+	}
+	if werr := c.sock.Write(verbsock.Header{Version: v, Op: h.Op, ID: h.ID, Status: uint32(errno), Flags: verbsock.FlagReply},
+		[]byte(msg), nil, c.s.cfg.WriteTimeout); werr != nil {
+		c.log.Warn("verbsock error reply not delivered; disconnecting", "op", h.Op, "err", werr)
+		return false
+	}
+	return true
+}
+
+// event queues an asynchronous event; it never blocks (owners call it).
+// Events beyond the queue are counted and reported as EventLost.
+func (c *conn) event(ev verbsock.EventMsg) {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	select {
+	case c.events <- ev:
+	default:
+		c.lost.Add(1)
+	}
+}
+
+func (c *conn) eventWriter() {
+	defer c.wg.Done()
+	send := func(ev verbsock.EventMsg) bool {
+		err := c.sock.Write(verbsock.Header{Version: max(c.version, 1), Op: verbsock.OpEvent, Flags: verbsock.FlagEvent},
+			verbsock.Encode(nil, &ev), nil, c.s.cfg.WriteTimeout)
+		return err == nil
+	}
+	for {
+		select {
+		case <-c.done:
+			return
+		case ev := <-c.events:
+			if !send(ev) {
+				c.sock.Close() // a client that does not read its socket is gone
+				return
+			}
+			if n := c.lost.Swap(0); n > 0 {
+				send(verbsock.EventMsg{Type: verbsock.EventLost, Count: n})
+			}
+		}
+	}
+}
+
+// notifier writes completion eventfds, so that no QP owner ever makes a
+// syscall a client could make block.
+func (c *conn) notifier() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case o := <-c.notify:
+			o.pending.Store(false)
+			if o.ev != nil {
+				signalFile(o.ev)
+			}
+		}
+	}
+}
+
+// signalCQ is a CQ's completion event, called by a QP owner.
+func (c *conn) signalCQ(o *cqObj) {
+	if o.pending.CompareAndSwap(false, true) {
+		select {
+		case c.notify <- o: // capacity MaxCQ: each CQ is queued at most once
+		default:
+			o.pending.Store(false)
+		}
+	}
+}
+
+// signalFile adds 1 to an eventfd. The descriptor is shared with the
+// client, who can clear O_NONBLOCK on it, so it is set again before every
+// write; a full counter already means "signalled".
+func signalFile(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Write(func(fd uintptr) bool {
+		ensureNonblock(int(fd))
+		_ = shm.Signal(int(fd))
+		return true
+	})
+}
+
+func ensureNonblock(fd int) {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err == nil && fl&unix.O_NONBLOCK == 0 {
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
+	}
+}
+
+// bell is a doorbell eventfd the daemon waits on: the client writes it when
+// it publishes into a ring whose consumer said it was idle.
+type bell struct {
+	f    *os.File
+	stop atomic.Bool
+	done chan struct{}
+}
+
+func newBell() (*bell, int, error) {
+	fd, err := shm.Eventfd()
+	if err != nil {
+		return nil, -1, err
+	}
+	return &bell{f: os.NewFile(uintptr(fd), "vrnic-doorbell"), done: make(chan struct{})}, fd, nil
+}
+
+// run waits for doorbells on the netpoller and calls ring for each.
+func (b *bell) run(ring func()) {
+	defer close(b.done)
+	rc, err := b.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	var buf [8]byte
+	for {
+		err := rc.Read(func(fd uintptr) bool {
+			ensureNonblock(int(fd))
+			_, err := unix.Read(int(fd), buf[:])
+			return err != unix.EAGAIN
+		})
+		if err != nil || b.stop.Load() {
+			return
+		}
+		ring()
+	}
+}
+
+// close stops run and waits for it. The signal frees a read a client made
+// blocking by clearing O_NONBLOCK between our fcntl and read.
+func (b *bell) close() {
+	b.stop.Store(true)
+	signalFile(b.f)
+	b.f.Close()
+	<-b.done
+}
+
+// cleanup destroys everything the client owned, in dependency order.
+func (c *conn) cleanup() {
+	c.mu.Lock()
+	qps, srqs, ahs, mws, mrs, cqs, pds, mems := c.qps, c.srqs, c.ahs, c.mws, c.mrs, c.cqs, c.pds, c.mems
+	c.qps, c.srqs, c.ahs, c.mws, c.mrs, c.cqs, c.pds, c.mems =
+		map[uint32]*qpObj{}, map[uint32]*srqObj{}, map[uint32]*ahObj{}, map[uint32]*mwObj{}, map[uint32]*mrObj{},
+		map[uint32]*cqObj{}, map[uint32]*pdObj{}, map[uint32]*memObj{}
+	c.mu.Unlock()
+	n := len(qps) + len(srqs) + len(ahs) + len(mws) + len(mrs) + len(cqs) + len(pds) + len(mems)
+	t := c.s.dev.Mem()
+	for _, q := range qps {
+		c.destroyQP(q)
+	}
+	for _, s := range srqs {
+		c.destroySRQ(s)
+	}
+	for _, a := range ahs {
+		_ = t.ReleasePD(a.pd)
+	}
+	for _, w := range mws {
+		if p := pds[w.pd]; p != nil {
+			_ = t.DeallocMW(p.pd, w.key)
+		}
+	}
+	for _, r := range mrs {
+		if p := pds[r.pd]; p != nil {
+			_ = t.DeregMR(p.pd, r.key)
+		}
+	}
+	for _, q := range cqs {
+		c.destroyCQ(q)
+	}
+	for _, p := range pds {
+		if err := t.DeallocPD(p.pd); err != nil {
+			c.log.Warn("PD left behind at disconnect", "err", err)
+		}
+	}
+	for _, m := range mems {
+		m.m.Release()
+	}
+	c.log.Info("verbsock client disconnected", "objects_destroyed", n, "mapped_bytes_left", c.memBytes.Load())
+}
+
+func (c *conn) destroyQP(q *qpObj) {
+	if qp := q.qp.Load(); qp != nil {
+		qp.Destroy() // ERR, flush into the CQ rings, owners stopped
+	}
+	if q.bell != nil {
+		q.bell.close()
+	}
+	q.sqm.Release()
+	if q.rqm != nil {
+		q.rqm.Release()
+	}
+}
+
+func (c *conn) destroySRQ(s *srqObj) {
+	s.bell.close()
+	_ = c.s.dev.DestroySRQ(s.srq)
+	s.m.Release()
+}
+
+func (c *conn) destroyCQ(q *cqObj) {
+	q.cq.Close()
+	q.m.Release()
+	if q.ev != nil {
+		q.ev.Close()
+	}
+}
+
+// AH implements ring.Resolver.
+func (c *conn) AH(h uint32) (*transport.AddressVector, mem.PD, bool) {
+	c.mu.RLock()
+	a := c.ahs[h]
+	c.mu.RUnlock()
+	if a == nil {
+		return nil, 0, false
+	}
+	return a.av, a.pd, true
+}
+
+// Mem implements ring.Resolver.
+func (c *conn) Mem(h uint32) (mem.Backing, bool) {
+	c.mu.RLock()
+	m := c.mems[h]
+	c.mu.RUnlock()
+	if m == nil {
+		return nil, false
+	}
+	return m.m, true
+}

@@ -1,0 +1,283 @@
+// Package server is the daemon side of verbsock: it serves client
+// connections over a Unix socket against a Device (a *nic.Device).
+//
+// Each connection has its own handle namespace, its own quotas (Limits) and
+// its own objects; when it closes (or its process dies) every object it
+// owns is destroyed: its QPs go to ERR and stop, its SRQs, AHs, MWs, MRs,
+// CQs and PDs go, and its memory is unmapped once the last in-flight access
+// is done. Nothing a client writes into shared memory or sends on the
+// socket can make the server panic or stall another client.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/mem"
+	"github.com/vrnic/vrnicd/verbsock"
+	"golang.org/x/sys/unix"
+)
+
+// Device is what the server needs of the device; *nic.Device has it.
+type Device interface {
+	Name() string
+	Mem() *mem.Table
+	Attr() nic.DeviceAttr
+	Port() nic.PortAttr
+	GIDs() *gid.Table
+	CreateQP(cfg nic.QPConfig) (*nic.QP, error)
+	CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*transport.SRQ, error)
+	DestroySRQ(s *transport.SRQ) error
+	ResolveAH(av *transport.AddressVector) error
+}
+
+var _ Device = (*nic.Device)(nil)
+
+// DefaultLimits are the per-connection quotas when Config.Limits is zero.
+var DefaultLimits = verbsock.Limits{
+	MaxPD: 64, MaxCQ: 256, MaxQP: 256, MaxSRQ: 64, MaxMR: 4096, MaxMW: 4096, MaxAH: 4096, MaxMem: 4096,
+	MaxMemBytes: 4 << 30, MaxMRBytes: 4 << 30,
+}
+
+// Config configures a Server.
+type Config struct {
+	Device Device
+	Log    *slog.Logger
+	// Limits are each connection's quotas; zero fields take DefaultLimits.
+	Limits verbsock.Limits
+	// WriteTimeout bounds how long a reply may wait for room in a client's
+	// socket buffer before the client is dropped (default 5 s).
+	WriteTimeout time.Duration
+	// MaxFastRegPages bounds a REG_MR page list (default 4096).
+	MaxFastRegPages int
+}
+
+// Server serves verbsock connections.
+type Server struct {
+	cfg    Config
+	dev    Device
+	log    *slog.Logger
+	limits verbsock.Limits
+
+	mu        sync.Mutex
+	conns     map[*conn]struct{}
+	listeners map[*net.UnixListener]struct{}
+	closed    bool
+	nextID    uint32
+	wg        sync.WaitGroup
+}
+
+// New makes a server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Device == nil {
+		return nil, errors.New("server: no device")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.MaxFastRegPages <= 0 {
+		cfg.MaxFastRegPages = 4096
+	}
+	l := cfg.Limits
+	d := DefaultLimits
+	fill32 := func(v *uint32, def uint32) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fill32(&l.MaxPD, d.MaxPD)
+	fill32(&l.MaxCQ, d.MaxCQ)
+	fill32(&l.MaxQP, d.MaxQP)
+	fill32(&l.MaxSRQ, d.MaxSRQ)
+	fill32(&l.MaxMR, d.MaxMR)
+	fill32(&l.MaxMW, d.MaxMW)
+	fill32(&l.MaxAH, d.MaxAH)
+	fill32(&l.MaxMem, d.MaxMem)
+	if l.MaxMemBytes == 0 {
+		l.MaxMemBytes = d.MaxMemBytes
+	}
+	if l.MaxMRBytes == 0 {
+		l.MaxMRBytes = d.MaxMRBytes
+	}
+	return &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l,
+		conns: map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}}, nil
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("server: closed")
+
+// Serve accepts connections on l until Close (then ErrServerClosed) or an
+// accept error.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		uc, err := l.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("verbsock accept", "err", err, "retry_in", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.ServeConn(uc)
+		}()
+	}
+}
+
+// ServeConn serves one connected unixpacket socket until the client goes
+// away or the server closes, then destroys everything the client owned. It
+// closes uc.
+func (s *Server) ServeConn(uc *net.UnixConn) {
+	c, err := s.newConn(uc)
+	if err != nil {
+		s.log.Warn("verbsock connection refused", "err", err)
+		uc.Close()
+		return
+	}
+	c.serve()
+}
+
+// Broadcast sends an unaffiliated event (port active/error, GID change,
+// device fatal) to every connection.
+func (s *Server) Broadcast(ev verbsock.EventType, port uint32) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.event(verbsock.EventMsg{Type: ev, Port: port})
+	}
+}
+
+// Clients is the number of connections being served.
+func (s *Server) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Close stops accepting, disconnects every client (destroying its
+// objects) and waits until all of it is done.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.sock.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Shutdown is Close bounded by ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Listen makes the daemon's listening socket at path: SOCK_SEQPACKET, mode
+// 0660, group gid (-1 keeps the daemon's group). A stale socket file (no
+// one answering) is replaced; a live one is EADDRINUSE. The parent
+// directory is created 0750 if missing. The file is removed on Close.
+func Listen(path string, gid int) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("server: %s: another daemon is listening: %w", path, syscall.EADDRINUSE)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("server: removing stale socket: %w", err)
+		}
+	}
+	old := unix.Umask(0o117) // created 0660 at once: no window with wider rights
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	l.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("server: chown %s to group %d: %w", path, gid, err)
+		}
+	}
+	return l, nil
+}
+
+func (s *Server) register(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.nextID++
+	c.id = s.nextID
+	s.conns[c] = struct{}{}
+	s.wg.Add(1) // released when the connection's cleanup is done
+	return true
+}
+
+func (s *Server) unregister(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
+}

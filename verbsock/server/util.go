@@ -1,0 +1,5 @@
+package server
+
+import "time"
+
+func sleepBackoff() { time.Sleep(time.Millisecond) }

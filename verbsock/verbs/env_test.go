@@ -1,0 +1,192 @@
+package verbs_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/server"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
+)
+
+// env is a device (nictest host on an in-memory pipe) served by a verbsock
+// server, and clients connected to it over socketpairs.
+type env struct {
+	t    testing.TB
+	host *nictest.Host
+	peer *nictest.Host
+	srv  *server.Server
+	psrv *server.Server
+}
+
+func newEnv(t testing.TB, limits verbsock.Limits) *env {
+	t.Helper()
+	ha, hb := nictest.Pair(t, 1500)
+	e := &env{t: t, host: ha, peer: hb}
+	var err error
+	if e.srv, err = server.New(server.Config{Device: ha.Dev, Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+	if e.psrv, err = server.New(server.Config{Device: hb.Dev, Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.srv.Close(); e.psrv.Close() })
+	return e
+}
+
+func (e *env) dial(srv *server.Server) *verbs.Device {
+	e.t.Helper()
+	a, b, err := verbsock.Socketpair()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go srv.ServeConn(a)
+	d, err := verbs.OpenConn(b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func (e *env) client() *verbs.Device     { return e.dial(e.srv) }
+func (e *env) peerClient() *verbs.Device { return e.dial(e.psrv) }
+
+// waitFor polls until cond holds or 10 s pass.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// pollN polls cq until n completions have arrived.
+func pollN(t testing.TB, cq *verbs.CQ, n int) []verbs.WC {
+	t.Helper()
+	out := make([]verbs.WC, 0, n)
+	buf := make([]verbs.WC, 16)
+	waitFor(t, "completions", func() bool {
+		k := cq.Poll(buf[:min(len(buf), n-len(out))])
+		out = append(out, buf[:k]...)
+		return len(out) >= n
+	})
+	return out
+}
+
+// vrnicMappings counts this process's mappings of vrnic memfds.
+func vrnicMappings(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "memfd:vrnic-")
+}
+
+// side is one end of a connection: PD, CQs, a registered buffer and a QP.
+type side struct {
+	d    *verbs.Device
+	pd   *verbs.PD
+	scq  *verbs.CQ
+	rcq  *verbs.CQ
+	buf  *verbs.Buffer
+	mr   *verbs.MR
+	qp   *verbs.QP
+	gidx uint8
+	gid  verbs.GID
+}
+
+func newSide(t testing.TB, d *verbs.Device, h *nictest.Host, typ verbs.QPType, srq *verbs.SRQ, pd *verbs.PD) *side {
+	t.Helper()
+	s := &side{d: d, pd: pd, gidx: h.GIDIndex(), gid: verbs.GID(h.GID())}
+	var err error
+	if s.pd == nil {
+		if s.pd, err = d.AllocPD(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.scq, err = d.CreateCQ(256, true); err != nil {
+		t.Fatal(err)
+	}
+	if s.rcq, err = d.CreateCQ(256, true); err != nil {
+		t.Fatal(err)
+	}
+	if s.buf, err = s.pd.AllocBuffer(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|
+		verbs.AccessRemoteAtomic|verbs.AccessMWBind); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: s.scq, RecvCQ: s.rcq, SRQ: srq,
+		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// connect brings two RC/UC QPs to RTS against each other (both to RTR
+// first, as rc_pingpong does).
+func connect(t testing.TB, a, b *side) {
+	t.Helper()
+	uc := a.qp.Type() == verbs.QPTypeUC
+	acc := verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if uc {
+		acc = verbs.AccessRemoteWrite
+	}
+	modify := func(s *side, a verbs.QPAttr, m verbs.AttrMask) {
+		t.Helper()
+		if err := s.qp.Modify(&a, m); err != nil {
+			t.Fatalf("modify to %v: %v", a.State, err)
+		}
+	}
+	for _, p := range [][2]*side{{a, b}, {b, a}} {
+		s, o := p[0], p[1]
+		modify(s, verbs.QPAttr{State: verbs.QPStateInit, Port: 1, AccessFlags: acc},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
+		rtr := verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN
+		if !uc {
+			rtr |= verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer
+		}
+		modify(s, verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: o.qp.QPN(), RQPSN: 100,
+			MaxDestRdAtomic: 16, MinRNRTimer: 1, AV: verbs.AHAttr{DGID: o.gid, SGIDIndex: s.gidx, HopLimit: 64, Port: 1}}, rtr)
+	}
+	for _, s := range []*side{a, b} {
+		rts := verbs.QPAttrState | verbs.QPAttrSQPSN
+		if !uc {
+			rts |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
+		}
+		modify(s, verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}, rts)
+	}
+}
+
+// udReady brings a UD QP to RTS.
+func udReady(t testing.TB, s *side, qkey uint32) {
+	t.Helper()
+	for _, st := range []struct {
+		a verbs.QPAttr
+		m verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	} {
+		if err := s.qp.Modify(&st.a, st.m); err != nil {
+			t.Fatalf("UD modify to %v: %v", st.a.State, err)
+		}
+	}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
