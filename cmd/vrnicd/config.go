@@ -51,7 +51,7 @@ type fileConfig struct {
 // the flag or the key the user has to fix.
 type setting[T any] struct {
 	v      T
-	origin string // "--mtu" or "mtu (in FILE)"; "" for the default
+	origin string // "--mtu" or "config FILE: mtu"; "" for the default
 }
 
 func (s setting[T]) set() bool { return s.origin != "" }
@@ -108,7 +108,7 @@ func loadFile(path string, raw *rawConfig) error {
 	if err := d.Decode(&fc); err != nil {
 		return &configError{fmt.Sprintf("config %s: %s", path, tomlError(err))}
 	}
-	in := func(key string) string { return fmt.Sprintf("%s (in %s)", key, path) }
+	in := func(key string) string { return fmt.Sprintf("config %s: %s", path, key) }
 	str := func(dst *setting[string], v *string, key string) {
 		if v != nil {
 			*dst = setting[string]{*v, in(key)}

@@ -47,14 +47,14 @@ func TestBadConfig(t *testing.T) {
 		{"wrong type", "iface = \"tap:v0\"\nmtu = \"big\"\n", nil, []string{"mtu (line 2): want an integer, got a TOML string"}},
 		{"wrong element type", "iface = \"tap:v0\"\nip = [\"192.0.2.1/24\", 3]\n", nil, []string{"ip (line 2): want a string, got a TOML integer"}},
 		{"syntax", "iface = \n", nil, []string{"line 1 column"}},
-		{"mtu range", "iface = \"tap:v0\"\nmtu = 100\n", nil, []string{"mtu (in ", "100 is out of range (1280..65521"}},
-		{"bad ip", "iface = \"tap:v0\"\nip = [\"192.0.2.300/24\"]\n", nil, []string{"ip (in ", `"192.0.2.300/24" is not an IPv4 or IPv6 address`}},
+		{"mtu range", "iface = \"tap:v0\"\nmtu = 100\n", nil, []string{"config FILE: mtu: ", "100 is out of range (1280..65521"}},
+		{"bad ip", "iface = \"tap:v0\"\nip = [\"192.0.2.300/24\"]\n", nil, []string{"config FILE: ip: ", `"192.0.2.300/24" is not an IPv4 or IPv6 address`}},
 		{"ip without length", "", []string{"--iface=tap:v0", "--ip=192.0.2.10"}, []string{"--ip: ", `"192.0.2.10" has no prefix length`}},
 		{"broadcast ip", "", []string{"--iface=tap:v0", "--ip=192.0.2.255/24"}, []string{"--ip: ", "broadcast address"}},
 		{"multicast ip", "", []string{"--iface=tap:v0", "--ip=ff02::1/64"}, []string{"--ip: ", "cannot be a NIC's address"}},
-		{"bad mac", "iface = \"tap:v0\"\nmac = \"02:00:5e:zz:00:01\"\n", nil, []string{"mac (in ", "is not an Ethernet MAC address"}},
+		{"bad mac", "iface = \"tap:v0\"\nmac = \"02:00:5e:zz:00:01\"\n", nil, []string{"config FILE: mac: ", "is not an Ethernet MAC address"}},
 		{"multicast mac", "", []string{"--iface=tap:v0", "--mac=01:00:5e:00:00:01"}, []string{"--mac: ", "multicast"}},
-		{"bad log level", "iface = \"tap:v0\"\nlog_level = \"loud\"\n", nil, []string{"log_level (in ", `"loud" is not one of debug, info, warn, error`}},
+		{"bad log level", "iface = \"tap:v0\"\nlog_level = \"loud\"\n", nil, []string{"config FILE: log_level: ", `"loud" is not one of debug, info, warn, error`}},
 		{"bad log format", "", []string{"--iface=tap:v0", "--log-format=xml"}, []string{"--log-format: ", "not text or json"}},
 		{"no iface", "log_level = \"debug\"\n", nil, []string{"no interface"}},
 		{"long tap name", "", []string{"--iface=tap:abcdefghijklmnop"}, []string{"--iface: ", "at most 15"}},
@@ -76,7 +76,7 @@ func TestBadConfig(t *testing.T) {
 				p := writeFile(t, tt.file)
 				args = append(args, "--config", p)
 				for i, w := range tt.want {
-					tt.want[i] = strings.ReplaceAll(w, "(in ", "(in "+p)
+					tt.want[i] = strings.ReplaceAll(w, "FILE", p)
 				}
 			}
 			code, stdout, stderr := runIn(args...)
