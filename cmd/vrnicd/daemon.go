@@ -23,6 +23,7 @@ import (
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/verbsock"
 )
 
 // Shutdown budget: SIGTERM must end the process within 2 s. Client
@@ -118,6 +119,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
 	d.gids.OnChange(func(es []gid.Entry) {
 		if d.ready.Load() {
 			d.log.Info("GID table changed", "gids", gidList(es))
+			d.sess.srv.Broadcast(verbsock.EventGIDChange, 1)
 		}
 	})
 	d.dev, err = nic.NewDevice(nic.Config{Name: cfg.Name, MAC: mac, LinkMTU: d.lnk.MTU(), GIDs: d.gids, Log: d.log.With("device", cfg.Name)})
@@ -151,7 +153,11 @@ func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
 	d.cancel = cancel
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
-	d.sess = newSessions(sock.ln, newConnServer(d.dev, d.log), d.log)
+	srv, err := newConnServer(d.dev, d.log)
+	if err != nil {
+		return nil, err
+	}
+	d.sess = newSessions(sock.ln, srv, d.log)
 	d.sess.start()
 
 	d.ready.Store(true)

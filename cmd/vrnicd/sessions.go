@@ -1,37 +1,30 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/server"
 )
 
 // connServer serves one client connection until the client goes or the
-// connection is closed. The verbsock server plugs in here.
+// connection is closed: the verbsock server (*server.Server).
 type connServer interface {
 	ServeConn(c *net.UnixConn)
+	Shutdown(ctx context.Context) error
+	Broadcast(ev verbsock.EventType, port uint32)
+	Clients() int
 }
 
 // newConnServer returns the client protocol's server for dev.
-//
-// VERBSOCK PLUG POINT: until verbsock's server lands, connections are
-// closed at once with a logged notice; the daemon still owns the socket,
-// its permissions and its life cycle.
-func newConnServer(dev *nic.Device, log *slog.Logger) connServer {
-	return noServer{log: log}
-}
-
-type noServer struct{ log *slog.Logger }
-
-func (s noServer) ServeConn(c *net.UnixConn) {
-	s.log.Warn("client connection closed: this build has no verbs server yet", peerAttrs(c)...)
-	c.Close()
+func newConnServer(dev *nic.Device, log *slog.Logger) (connServer, error) {
+	return server.New(server.Config{Device: dev, Log: log})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close
@@ -82,7 +75,6 @@ func (s *sessions) accept() {
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		s.log.Debug("client connected", peerAttrs(c)...)
 		go func() {
 			defer s.wg.Done()
 			s.srv.ServeConn(c)
@@ -99,9 +91,14 @@ func (s *sessions) stopAccepting() {
 	s.ln.Close()
 }
 
-// closeAll closes every client connection and waits up to d for their
-// servers to return; it reports whether they all did.
+// closeAll disconnects every client (the server destroys what each owned)
+// and waits up to d for it all to end; it reports whether it did.
 func (s *sessions) closeAll(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return false
+	}
 	s.mu.Lock()
 	s.closed = true
 	for c := range s.conns {
@@ -113,7 +110,7 @@ func (s *sessions) closeAll(d time.Duration) bool {
 	select {
 	case <-done:
 		return true
-	case <-time.After(d):
+	case <-ctx.Done():
 		return false
 	}
 }
@@ -123,20 +120,4 @@ func (s *sessions) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
-}
-
-// peerAttrs names a client by its SO_PEERCRED credentials.
-func peerAttrs(c *net.UnixConn) []any {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	var cred *unix.Ucred
-	_ = rc.Control(func(fd uintptr) {
-		cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if cred == nil {
-		return nil
-	}
-	return []any{"client_pid", cred.Pid, "client_uid", cred.Uid}
 }
