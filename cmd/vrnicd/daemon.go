@@ -53,6 +53,7 @@ type daemon struct {
 
 	cancel  context.CancelFunc
 	runDone chan error // netstack Run's result
+	sigs    chan os.Signal
 	ready   atomic.Bool
 }
 
@@ -160,6 +161,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
 	d.sess = newSessions(sock.ln, srv, d.log)
 	d.sess.start()
 
+	// Signals are ours from here on, before anyone is told we are ready.
+	d.sigs = make(chan os.Signal, 4)
+	signal.Notify(d.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	d.ready.Store(true)
 	d.log.Info("vrnicd ready", d.summary()...)
 	d.notify(sd.SdNotifyReady)
@@ -277,8 +281,7 @@ func (d *daemon) notify(state string) {
 // wait runs the signal loop until the daemon stops and returns the exit
 // status.
 func (d *daemon) wait() int {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	sigs := d.sigs
 	defer signal.Stop(sigs)
 	tick := time.NewTicker(pcapFlushEvery)
 	defer tick.Stop()
