@@ -125,12 +125,18 @@ func TestTAPDaemon(t *testing.T) {
 		t.Fatal("debug records at log level info")
 	}
 	from = d.log.count()
+	// The pcap is rotated away (logrotate's create mode) at the same time.
 	writeConfig("debug", "192.0.2.10/24", "192.0.2.11/24", "2001:db8::10/64")
+	if err := os.Rename(pcap, pcap+".1"); err != nil {
+		t.Fatal(err)
+	}
 	d.signal(syscall.SIGHUP)
 	rr, _ := d.log.waitRecord(t, from, "reloaded", 5*time.Second)
-	if !hasField(recordString(rr, "applied"), "log_level=debug") || !hasField(recordString(rr, "applied"), "ip") {
-		t.Fatalf("reload applied %q", rr["applied"])
+	applied := recordString(rr, "applied")
+	if !hasField(applied, "log_level=debug") || !hasField(applied, "ip") || !hasField(applied, "pcap="+pcap) {
+		t.Fatalf("reload applied %q", applied)
 	}
+	p.sendRC(t, netip.MustParseAddr("192.0.2.11"), 0x11, 2)
 	for _, want := range []string{"RELOADING=1", "READY=1"} {
 		if m := notify.next(t, 5*time.Second); m != want {
 			t.Fatalf("reload notification %q, want %s", m, want)
@@ -167,14 +173,22 @@ func TestTAPDaemon(t *testing.T) {
 		t.Errorf("shutdown notification %q, want STOPPING=1", m)
 	}
 
-	// Every frame of the pcap decodes, with a good ICRC.
-	out, err := exec.Command(vrnicctl, "decode", "--json", pcap).CombinedOutput()
-	if err != nil {
-		t.Fatalf("vrnicctl decode: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) < 8 {
-		t.Fatalf("vrnicctl decode printed %d packets, want ≥ 8:\n%s", len(lines), out)
+	// Every frame of both pcaps decodes, with a good ICRC: 8 before the
+	// rotation, 2 (to the new address) after.
+	var lines []string
+	for _, f := range []struct {
+		path string
+		min  int
+	}{{pcap + ".1", 8}, {pcap, 2}} {
+		out, err := exec.Command(vrnicctl, "decode", "--json", f.path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("vrnicctl decode: %v\n%s", err, out)
+		}
+		l := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(l) < f.min || l[0] == "" {
+			t.Fatalf("vrnicctl decode %s printed %d packets, want ≥ %d:\n%s", f.path, len(l), f.min, out)
+		}
+		lines = append(lines, l...)
 	}
 	for _, l := range lines {
 		var rec map[string]any
