@@ -1,0 +1,36 @@
+package verbs
+
+// RecvQueueDrained reports whether the daemon has taken every receive WR
+// posted to q's ring (tests use it to order a post before a peer's send).
+func RecvQueueDrained(q *QP) bool {
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
+	return q.rq != nil && q.rq.Room() == int(q.attr.Cap.MaxRecvWR)
+}
+
+// SQRing, RQRing and CQRing expose a queue's shared memory to tests that
+// play a hostile client.
+func SQRing(q *QP) []byte  { return q.sqm }
+func RQRing(q *QP) []byte  { return q.rqm }
+func CQRing(cq *CQ) []byte { return cq.m }
+
+// CQPending is how many completions wait in cq.
+func CQPending(cq *CQ) int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.r.Pending()
+}
+
+// SQPublish publishes the next SQ slot after edit has scribbled on it,
+// as a hostile client would, and rings the doorbell if asked.
+func SQPublish(q *QP, edit func(slot []byte)) {
+	q.sqMu.Lock()
+	defer q.sqMu.Unlock()
+	edit(q.sq.Next())
+	if q.sq.Publish() {
+		q.ringBell()
+	}
+}
+
+// RingBell writes q's doorbell, whatever the ring says.
+func RingBell(q *QP) { q.ringBell() }
