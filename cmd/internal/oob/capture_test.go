@@ -67,7 +67,13 @@ func readCapture(t *testing.T, name string) *capture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames, err := rocetest.ReadFrames(filepath.Join(dir, name))
+	return readCaptureFile(t, filepath.Join(dir, name))
+}
+
+func readCaptureFile(t *testing.T, path string) *capture {
+	t.Helper()
+	name := filepath.Base(path)
+	frames, err := rocetest.ReadFrames(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,32 +44,25 @@ func ppd(qpn, psn uint32, ip netip.Addr) PingpongDest {
 	return PingpongDest{LID: 0, QPN: qpn, PSN: psn, GID: gid4(ip)}
 }
 
-// perftest kinds: the sequence of exchanges each tool's main() makes.
-const (
-	kindBW     = "bw"      // ib_write_bw, ib_read_bw, ib_atomic_bw
-	kindSendBW = "send_bw" // ib_send_bw
-	kindLat    = "lat"     // ib_write_lat
-)
-
 type perftestCase struct {
 	file           string
-	kind           string
+	script         []step
 	client, server PerftestDest
 	size, iters    uint64 // the client's report
 }
 
 var perftestCases = []perftestCase{
-	{"rdma_write.pcap", kindBW,
+	{"rdma_write.pcap", bwScript(1),
 		ptd(1, 0x19, 0xe6d357, 0x7b9, 0x55dfe6721000, clientIP), ptd(1, 0x19, 0x57d95f, 0x7c9, 0x56010b8e7000, serverIP), 3000, 5},
-	{"rdma_read.pcap", kindBW,
+	{"rdma_read.pcap", bwScript(1),
 		ptd(0x80, 0x1b, 0xb8a203, 0x909, 0x55ee448f8000, clientIP), ptd(0x80, 0x1b, 0x8da8bc, 0x9b6, 0x5595a9e69000, serverIP), 3000, 5},
-	{"atomic_cmp_swap.pcap", kindBW,
+	{"atomic_cmp_swap.pcap", bwScript(1),
 		ptd(0x80, 0x1e, 0xbf2143, 0xc43, 0x56266364e000, clientIP), ptd(0x80, 0x1e, 0xa84f6c, 0xc3c, 0x5573e7f04000, serverIP), 8, 5},
-	{"atomic_fetch_add.pcap", kindBW,
+	{"atomic_fetch_add.pcap", bwScript(1),
 		ptd(0x80, 0x1d, 0x1788b6, 0xb97, 0x5630ad286000, clientIP), ptd(0x80, 0x1d, 0xf33902, 0xbea, 0x55a9e116c000, serverIP), 8, 5},
-	{"send_bw.pcap", kindSendBW,
+	{"send_bw.pcap", sendBWScript(1, 1),
 		ptd(1, 0x1c, 0xde3a0c, 0, 0x55a5c1f2e000, clientIP), ptd(1, 0x1c, 0x37463e, 0, 0x55c35f2fa000, serverIP), 0, 0},
-	{"rdma_write_lat.pcap", kindLat,
+	{"rdma_write_lat.pcap", writeLatScript(1),
 		ptd(1, 0x1a, 0x688745, 0x808, 0x564acd472000, clientIP), ptd(1, 0x1a, 0x8d04bd, 0x8c5, 0x564fe39ca000, serverIP), 0, 0},
 }
 
@@ -76,39 +70,58 @@ func ptd(outReads uint16, qpn, psn, rkey uint32, vaddr uint64, ip netip.Addr) Pe
 	return PerftestDest{OutReads: outReads, QPN: qpn, PSN: psn, RKey: rkey, VAddr: vaddr, GID: gid4(ip)}
 }
 
-// checkRoCE checks the advertised addresses against the capture's RoCE
-// packets: each side's packets go to the peer's advertised QPN from the
-// address behind its own GID, and its first request carries its own
-// advertised PSN; RDMA/atomic requests carry the server's rkey and an
-// address at or above its advertised VADDR (the client's, when the server
-// writes: ib_write_lat).
+// qpAddr is what one QP advertised.
+type qpAddr struct {
+	QPN, PSN uint32
+	GID      [16]byte
+	RKey     uint32
+	VAddr    uint64
+}
+
+// checkRoCE checks one pair of advertised addresses against the
+// capture's RoCE packets (see checkRoCEPairs).
 func checkRoCE(t *testing.T, c *capture, clientQPN, clientPSN uint32, clientGID [16]byte, serverQPN, serverPSN uint32, serverGID [16]byte, clientKey, serverKey uint32, clientVA, serverVA uint64) {
 	t.Helper()
-	if got := gid4(c.client); got != clientGID || gid4(c.server) != serverGID {
+	checkRoCEPairs(t, c, []qpAddr{{clientQPN, clientPSN, clientGID, clientKey, clientVA}}, []qpAddr{{serverQPN, serverPSN, serverGID, serverKey, serverVA}})
+}
+
+// checkRoCEPairs checks the advertised addresses against the capture's
+// RoCE packets, client QP i being connected to server QP i: each side's
+// packets come from the address behind its GID and go to a QPN the peer
+// advertised; the first request to each carries the PSN the sending QP
+// advertised; RDMA and atomic requests carry the target's rkey and an
+// address at or above its advertised VADDR.
+func checkRoCEPairs(t *testing.T, c *capture, client, server []qpAddr) {
+	t.Helper()
+	if gid4(c.client) != client[0].GID || gid4(c.server) != server[0].GID {
 		t.Errorf("%s: TCP between %v and %v, GIDs advertised %v / %v", c.name, c.client, c.server,
-			netip.AddrFrom16(clientGID), netip.AddrFrom16(serverGID))
+			netip.AddrFrom16(client[0].GID), netip.AddrFrom16(server[0].GID))
 	}
-	firstReq := map[netip.Addr]bool{}
+	type key struct {
+		src netip.Addr
+		qpn uint32
+	}
+	firstReq := map[key]bool{}
 	var n int
 	for _, r := range c.roce {
-		if r.pkt.BTH.Opcode().Info().Name == "" {
-			continue
-		}
-		toQPN, myPSN, rkey, vaddr := serverQPN, clientPSN, serverKey, serverVA
+		mine, peer := client, server
 		if r.src == c.server {
-			toQPN, myPSN, rkey, vaddr = clientQPN, serverPSN, clientKey, clientVA
+			mine, peer = server, client
 		} else if r.src != c.client {
 			t.Errorf("%s frame %d: RoCE from %v, neither side", c.name, r.frame, r.src)
 			continue
 		}
 		n++
-		if got := r.pkt.BTH.DestQP(); got != toQPN {
-			t.Errorf("%s frame %d: dest QP %#x, want the peer's advertised %#x", c.name, r.frame, got, toQPN)
+		dqp := r.pkt.BTH.DestQP()
+		i := slices.IndexFunc(peer, func(a qpAddr) bool { return a.QPN == dqp })
+		if i < 0 {
+			t.Errorf("%s frame %d: dest QP %#x, not one the peer advertised", c.name, r.frame, dqp)
+			continue
 		}
-		if isRequest(r.pkt.BTH.Opcode()) && !firstReq[r.src] {
-			firstReq[r.src] = true
-			if got := r.pkt.BTH.PSN(); got != myPSN {
-				t.Errorf("%s frame %d: first request PSN %#x, want the advertised %#x", c.name, r.frame, got, myPSN)
+		if isRequest(r.pkt.BTH.Opcode()) && !firstReq[key{r.src, dqp}] {
+			firstReq[key{r.src, dqp}] = true
+			if got := r.pkt.BTH.PSN(); got != mine[i].PSN {
+				t.Errorf("%s frame %d: first request PSN %#x, want the advertised %#x", c.name, r.frame, got, mine[i].PSN)
 			}
 		}
 		var k uint32
@@ -121,8 +134,8 @@ func checkRoCE(t *testing.T, c *capture, clientQPN, clientPSN uint32, clientGID 
 		default:
 			continue
 		}
-		if k != rkey || va < vaddr || va >= vaddr+1<<24 {
-			t.Errorf("%s frame %d: rkey %#x va %#x, want the peer's advertised rkey %#x at or above %#x", c.name, r.frame, k, va, rkey, vaddr)
+		if k != peer[i].RKey || va < peer[i].VAddr || va >= peer[i].VAddr+1<<24 {
+			t.Errorf("%s frame %d: rkey %#x va %#x, want the peer's advertised rkey %#x at or above %#x", c.name, r.frame, k, va, peer[i].RKey, peer[i].VAddr)
 		}
 	}
 	if n == 0 {
@@ -198,81 +211,177 @@ func TestGoldenPerftest(t *testing.T) {
 	for _, tc := range perftestCases {
 		t.Run(tc.file, func(t *testing.T) {
 			c := readCapture(t, tc.file)
-			keys := map[string]int{kindBW: 5, kindSendBW: 5, kindLat: 4}[tc.kind]
-			sizes := []int{PerftestVersionSize, 4, 4, 2}
-			for range keys {
-				sizes = append(sizes, PerftestKeySize)
+			cl := decodePerftestSide(t, "client", c.toServer, tc.script)
+			sv := decodePerftestSide(t, "server", c.toClient, tc.script)
+			if len(cl.dests) != 1 || cl.dests[0] != tc.client || len(sv.dests) != 1 || sv.dests[0] != tc.server {
+				t.Errorf("decoded client %+v server %+v, want %+v %+v", cl.dests, sv.dests, tc.client, tc.server)
 			}
-			if tc.kind == kindBW { // the report sits between the 4th and 5th handshake
-				sizes = append(sizes[:len(sizes)-1], 8, 8, 8, 8, 8, PerftestKeySize)
-			}
-			if tc.kind != kindLat {
-				sizes = append(sizes, len(doneMsg))
-			}
-			cm := messages(t, "client stream", c.toServer, sizes...)
-			sm := messages(t, "server stream", c.toClient, sizes...)
-
-			var reports [2]BWReport
-			for side, ms := range [][][]byte{cm, sm} {
-				who, want := "client", tc.client
-				if side == 1 {
-					who, want = "server", tc.server
-				}
-				if v := string(bytes.TrimRight(ms[0], "\x00")); v != PerftestVersion || len(ms[0]) != 16 {
-					t.Errorf("%s version %s", who, quote(ms[0]))
-				}
-				if !bytes.Equal(ms[1], []byte{0, 0, 0x10, 0}) || !bytes.Equal(ms[2], []byte{0, 0, 0, 64}) {
-					t.Errorf("%s sys data %s %s, want page 4096, cache line 64", who, quote(ms[1]), quote(ms[2]))
-				}
-				if !bytes.Equal(ms[3], []byte("3\x00")) {
-					t.Errorf("%s MTU %s, want 3 (1024)", who, quote(ms[3]))
-				}
-				for i, m := range ms[4:] {
-					switch len(m) {
-					case PerftestKeySize:
-						got, err := ParsePerftestDest(m)
-						if err != nil {
-							t.Fatalf("%s message %d: %v", who, 5+i, err)
-						}
-						if got != want {
-							t.Errorf("%s message %d: decoded %+v, want %+v", who, 5+i, got, want)
-						}
-						if enc := want.AppendMsg(nil, true); !bytes.Equal(enc, m) {
-							t.Errorf("%s: encoded %s, the tool sent %s", who, quote(enc), quote(m))
-						}
-					case len(doneMsg):
-						if !bytes.Equal(m, doneMsg) {
-							t.Errorf("%s: last message %s", who, quote(m))
-						}
-					}
-				}
-				if tc.kind == kindBW {
-					r := ms[4+4 : 4+4+5]
-					reports[side] = BWReport{Size: be64(r[0]), Iters: be64(r[1]),
-						BWPeak: math.Float64frombits(be64(r[2])), BWAvg: math.Float64frombits(be64(r[3])), MsgRateAvg: math.Float64frombits(be64(r[4]))}
+			for _, side := range []struct {
+				who  string
+				want PerftestDest
+				msg  []byte
+			}{{"client", tc.client, cl.first}, {"server", tc.server, sv.first}} {
+				if enc := side.want.AppendMsg(nil, true); !bytes.Equal(enc, side.msg) {
+					t.Errorf("%s: encoded %s, the tool sent %s", side.who, quote(enc), quote(side.msg))
 				}
 			}
-			if tc.kind == kindBW {
-				r := reports[0] // the client's: the results; the server's is uninitialised memory
+			if cl.hasReport {
+				r := cl.report // the client's: the results; the server's is uninitialised memory
 				if r.Size != tc.size || r.Iters != tc.iters {
 					t.Errorf("client report size %d iters %d, want %d %d", r.Size, r.Iters, tc.size, tc.iters)
 				}
-				// MsgRate[Mpps] = BW[MB/s] · 2^20 / size / 10^6: the three
-				// doubles decode as one consistent result.
-				if want := r.BWAvg * 0x100000 / float64(r.Size) / 1e6; math.Abs(r.MsgRateAvg-want) > 1e-9*want || r.BWPeak < r.BWAvg || r.BWAvg <= 0 {
-					t.Errorf("client report %+v: not a consistent result (msg rate for that average: %g)", r, want)
-				}
+				checkReport(t, r)
 			}
-			checkRoCE(t, c, tc.client.QPN, tc.client.PSN, tc.client.GID, tc.server.QPN, tc.server.PSN, tc.server.GID, tc.client.RKey, tc.server.RKey, tc.client.VAddr, tc.server.VAddr)
-
-			replay(t, c, true, func(ctx context.Context, conn *Conn) error {
-				return drivePerftest(ctx, conn.Perftest(true), tc, tc.client, tc.server, reports[0], reports[1])
-			})
-			replay(t, c, false, func(ctx context.Context, conn *Conn) error {
-				return drivePerftest(ctx, conn.Perftest(false), tc, tc.server, tc.client, reports[1], reports[0])
-			})
+			checkRoCE(t, c, tc.client.QPN, tc.client.PSN, tc.client.GID, tc.server.QPN, tc.server.PSN, tc.server.GID,
+				tc.client.RKey, tc.server.RKey, tc.client.VAddr, tc.server.VAddr)
+			replayPerftest(t, c, tc.script, cl, sv)
 		})
 	}
+}
+
+// checkReport: MsgRate[Mpps] = BW[MB/s] · 2^20 / size / 10^6, so the three
+// doubles decode as one consistent result.
+func checkReport(t *testing.T, r BWReport) {
+	t.Helper()
+	if want := r.BWAvg * 0x100000 / float64(r.Size) / 1e6; math.Abs(r.MsgRateAvg-want) > 1e-9*want || r.BWPeak < 0 || r.BWAvg <= 0 {
+		t.Errorf("client report %+v: not a consistent result (msg rate for that average: %g)", r, want)
+	}
+}
+
+// replayPerftest replays the capture against our client and our server,
+// each following the script with the values its kernel counterpart sent.
+func replayPerftest(t *testing.T, c *capture, sc []step, cl, sv perftestSide) {
+	t.Helper()
+	replay(t, c, true, func(ctx context.Context, conn *Conn) error {
+		return runScript(ctx, conn.Perftest(true), sc, cl.dests, sv.dests, cl.report, sv.report)
+	})
+	replay(t, c, false, func(ctx context.Context, conn *Conn) error {
+		return runScript(ctx, conn.Perftest(false), sc, sv.dests, cl.dests, sv.report, cl.report)
+	})
+}
+
+// step is one exchange of a perftest main(): 'V' versions, 'S' page and
+// cache line sizes, 'M' MTU, 'H' a handshake with QP qp's address, 'R' the
+// bandwidth reports, 'C' the closing handshake and "done".
+type step struct {
+	op byte
+	qp int
+}
+
+func hs(nqp int) []step {
+	var s []step
+	for i := range nqp {
+		s = append(s, step{'H', i})
+	}
+	return s
+}
+
+func cat(parts ...[]step) []step {
+	var s []step
+	for _, p := range parts {
+		s = append(s, p...)
+	}
+	return s
+}
+
+var setup = []step{{'V', 0}, {'S', 0}, {'M', 0}}
+
+// bwScript: ib_write_bw, ib_read_bw, ib_atomic_bw (any -a, -D): addresses,
+// again after connecting, once more after RTR; after the run a barrier,
+// the reports, the close.
+func bwScript(nqp int) []step {
+	return cat(setup, hs(nqp), hs(nqp), hs(1), hs(1), []step{{'R', 0}, {'C', 0}})
+}
+
+// sendBWScript: ib_send_bw with sizes runs (-a: 23): addresses, a
+// barrier after connecting, addresses again; around each run a barrier
+// (receives posted) and one after; the close. A single run has no
+// barrier after it.
+func sendBWScript(nqp, sizes int) []step {
+	s := cat(setup, hs(nqp), hs(1), hs(nqp))
+	if sizes == 1 {
+		return cat(s, hs(1), []step{{'C', 0}})
+	}
+	for range sizes {
+		s = cat(s, hs(1), hs(1))
+	}
+	return cat(s, []step{{'C', 0}})
+}
+
+// writeLatScript: ib_write_lat: four handshakes and no close.
+func writeLatScript(nqp int) []step { return cat(setup, hs(1), hs(nqp), hs(nqp), hs(1)) }
+
+// readLatScript: ib_read_lat and ib_atomic_lat: as write_lat, then the
+// close (the server's right away, which waits for the client's after its run).
+func readLatScript(nqp int) []step { return cat(writeLatScript(nqp), []step{{'C', 0}}) }
+
+// sendLatScript: ib_send_lat: addresses, a barrier after connecting,
+// addresses again, a barrier with receives posted, the close.
+func sendLatScript(nqp int) []step { return cat(setup, hs(nqp), hs(1), hs(nqp), hs(1), []step{{'C', 0}}) }
+
+// perftestSide is what one side sent, decoded.
+type perftestSide struct {
+	dests     []PerftestDest // per QP
+	first     []byte         // its first address message
+	report    BWReport
+	hasReport bool
+}
+
+// decodePerftestSide cuts one direction's stream by the script and checks
+// every message: the version, page 4096 / cache line 64, MTU 3, every
+// address message of a QP the same, "done" last.
+func decodePerftestSide(t *testing.T, who string, stream []byte, sc []step) perftestSide {
+	t.Helper()
+	var side perftestSide
+	for i, st := range sc {
+		n := map[byte]int{'V': 16, 'S': 8, 'M': 2, 'H': PerftestKeySize, 'R': 40, 'C': PerftestKeySize + 5}[st.op]
+		if len(stream) < n {
+			t.Fatalf("%s: stream ends in step %d (%c), %d bytes short", who, i, st.op, n-len(stream))
+		}
+		m := stream[:n]
+		stream = stream[n:]
+		switch st.op {
+		case 'V':
+			if string(bytes.TrimRight(m, "\x00")) != PerftestVersion {
+				t.Errorf("%s version %s", who, quote(m))
+			}
+		case 'S':
+			if !bytes.Equal(m, []byte{0, 0, 0x10, 0, 0, 0, 0, 64}) {
+				t.Errorf("%s sys data %s, want page 4096, cache line 64", who, quote(m))
+			}
+		case 'M':
+			if !bytes.Equal(m, []byte("3\x00")) {
+				t.Errorf("%s MTU %s, want 3 (1024)", who, quote(m))
+			}
+		case 'R':
+			side.hasReport = true
+			side.report = BWReport{Size: be64(m[0:8]), Iters: be64(m[8:16]), BWPeak: math.Float64frombits(be64(m[16:24])),
+				BWAvg: math.Float64frombits(be64(m[24:32])), MsgRateAvg: math.Float64frombits(be64(m[32:40]))}
+		case 'C':
+			if !bytes.Equal(m[PerftestKeySize:], doneMsg) {
+				t.Errorf("%s: last message %s", who, quote(m[PerftestKeySize:]))
+			}
+			m = m[:PerftestKeySize]
+			fallthrough
+		case 'H':
+			d, err := ParsePerftestDest(m)
+			if err != nil {
+				t.Fatalf("%s step %d: %v", who, i, err)
+			}
+			if st.qp == len(side.dests) {
+				side.dests = append(side.dests, d)
+				if side.first == nil {
+					side.first = m
+				}
+			} else if d != side.dests[st.qp] {
+				t.Errorf("%s step %d: QP %d's address %+v, earlier %+v", who, i, st.qp, d, side.dests[st.qp])
+			}
+		}
+	}
+	if len(stream) != 0 {
+		t.Errorf("%s: %d bytes after the script: %s", who, len(stream), quote(stream))
+	}
+	return side
 }
 
 func be64(b []byte) uint64 {
@@ -283,71 +392,61 @@ func be64(b []byte) uint64 {
 	return v
 }
 
-// drivePerftest makes the exchanges of the perftest main() behind tc.kind
-// for one QP, checking each value received.
-func drivePerftest(ctx context.Context, p *Perftest, tc perftestCase, me, peer PerftestDest, myRep, peerRep BWReport) error {
+// runScript makes the script's exchanges, checking each value received.
+func runScript(ctx context.Context, p *Perftest, sc []step, me, peer []PerftestDest, myRep, peerRep BWReport) error {
 	fail := func(what string, got, want any) error {
-		return &ProtocolError{Op: what, Why: "unexpected value", Msg: []byte(fmtAny(got) + " want " + fmtAny(want))}
+		return &ProtocolError{Op: what, Why: "unexpected value", Msg: []byte(fmt.Sprintf("%+v want %+v", got, want))}
 	}
-	v, err := p.ExchangeVersions(ctx, PerftestVersion)
-	if err != nil {
-		return err
-	}
-	if v != PerftestVersion {
-		return fail("version", v, PerftestVersion)
-	}
-	cb, cl, err := p.ExchangeSysData(ctx, 4096, 64)
-	if err != nil {
-		return err
-	}
-	if cb != 4096 || cl != 64 {
-		return fail("sys data", [2]int32{cb, cl}, [2]int32{4096, 64})
-	}
-	mtu, err := p.ExchangeMTU(ctx, 3)
-	if err != nil {
-		return err
-	}
-	if mtu != 3 || NegotiateMTU(3, mtu) != 3 {
-		return fail("mtu", mtu, 3)
-	}
-	hs := func(n int) error {
-		for range n {
-			got, err := p.HandShake(ctx, me, 0)
+	for _, st := range sc {
+		switch st.op {
+		case 'V':
+			v, err := p.ExchangeVersions(ctx, PerftestVersion)
 			if err != nil {
 				return err
 			}
-			if got != peer {
-				return fail("address", got, peer)
+			if v != PerftestVersion {
+				return fail("version", v, PerftestVersion)
+			}
+		case 'S':
+			cb, cl, err := p.ExchangeSysData(ctx, 4096, 64)
+			if err != nil {
+				return err
+			}
+			if cb != 4096 || cl != 64 {
+				return fail("sys data", [2]int32{cb, cl}, [2]int32{4096, 64})
+			}
+		case 'M':
+			mtu, err := p.ExchangeMTU(ctx, 3)
+			if err != nil {
+				return err
+			}
+			if mtu != 3 || NegotiateMTU(3, mtu) != 3 {
+				return fail("mtu", mtu, 3)
+			}
+		case 'H':
+			got, err := p.HandShake(ctx, me[st.qp], 0)
+			if err != nil {
+				return err
+			}
+			if got != peer[st.qp] {
+				return fail("address", got, peer[st.qp])
+			}
+		case 'R':
+			got, err := p.ExchangeBWReports(ctx, myRep, 0)
+			if err != nil {
+				return err
+			}
+			if math.Float64bits(got.BWAvg) != math.Float64bits(peerRep.BWAvg) || got.Size != peerRep.Size || got.Iters != peerRep.Iters {
+				return fail("report", got, peerRep)
+			}
+		case 'C':
+			if err := p.Close(ctx, me[0], 0); err != nil {
+				return err
 			}
 		}
-		return nil
 	}
-	switch tc.kind {
-	case kindBW:
-		if err := hs(4); err != nil {
-			return err
-		}
-		got, err := p.ExchangeBWReports(ctx, myRep, 0)
-		if err != nil {
-			return err
-		}
-		if math.Float64bits(got.BWAvg) != math.Float64bits(peerRep.BWAvg) || got.Size != peerRep.Size || got.Iters != peerRep.Iters {
-			return fail("report", got, peerRep)
-		}
-		return p.Close(ctx, me, 0)
-	case kindSendBW:
-		if err := hs(4); err != nil {
-			return err
-		}
-		return p.Close(ctx, me, 0)
-	default:
-		return hs(4)
-	}
+	return nil
 }
-
-func fmtAny(v any) string { return fmt.Sprintf("%+v", v) }
-
-func sprint(v any) string { return fmt.Sprint(v) }
 
 // replay runs drive over a real TCP connection on 127.0.0.1 against a fake
 // peer that plays the capture's other side: it writes that side's bytes
@@ -384,7 +483,7 @@ func replay(t *testing.T, c *capture, fakeServer bool, drive func(ctx context.Co
 		// Nothing more: the side under test closes.
 		extra, err := io.ReadAll(nc)
 		if len(extra) > 0 || err != nil {
-			return &ProtocolError{Op: "replay: after the transcript", Msg: extra, Why: "more bytes or no clean close: " + sprint(err)}
+			return &ProtocolError{Op: "replay: after the transcript", Msg: extra, Why: "more bytes or no clean close: " + fmt.Sprint(err)}
 		}
 		return nil
 	}
