@@ -317,7 +317,9 @@ func readLatScript(nqp int) []step { return cat(writeLatScript(nqp), []step{{'C'
 
 // sendLatScript: ib_send_lat: addresses, a barrier after connecting,
 // addresses again, a barrier with receives posted, the close.
-func sendLatScript(nqp int) []step { return cat(setup, hs(nqp), hs(1), hs(nqp), hs(1), []step{{'C', 0}}) }
+func sendLatScript(nqp int) []step {
+	return cat(setup, hs(nqp), hs(1), hs(nqp), hs(1), []step{{'C', 0}})
+}
 
 // perftestSide is what one side sent, decoded.
 type perftestSide struct {
