@@ -106,6 +106,7 @@ type SQConfig struct {
 type SendQueue struct {
 	consumer
 	cfg    SQConfig
+	peeked atomic.Uint64 // head+1 while the entry at head is handed out and not consumed
 	copyb  []byte // the private copy of the entry at head
 	have   bool   // wr holds the decoded entry at head
 	wr     transport.SendWR
@@ -145,6 +146,7 @@ func (q *SendQueue) Peek(wr *transport.SendWR) bool {
 	copy(q.copyb, e) // the only read of the client's entry
 	q.decode()
 	q.have = true
+	q.peeked.Store(q.head + 1)
 	*wr = q.wr
 	return true
 }
@@ -155,7 +157,20 @@ func (q *SendQueue) Consume() {
 		return
 	}
 	q.have = false
+	q.peeked.Store(0)
 	q.consume()
+}
+
+// Stalled reports whether the entry at the head of the ring was handed out
+// and is still not consumed, as it was at the previous call (last keeps
+// the caller's state between calls). A send owner whose engine refused a
+// WR (queue full) and which nothing woke since is stalled; any goroutine
+// may ask, periodically.
+func (q *SendQueue) Stalled(last *uint64) bool {
+	v := q.peeked.Load()
+	stalled := v != 0 && v == *last
+	*last = v
+	return stalled
 }
 
 func (q *SendQueue) decode() {

@@ -87,6 +87,8 @@ type qpObj struct {
 	srq      *srqObj
 	sqm, rqm *shm.Mapping
 	bell     *bell
+	sq       *ring.SendQueue
+	swept    uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
 }
 
 type srqObj struct {
@@ -402,6 +404,20 @@ func (c *conn) destroyCQ(q *cqObj) {
 	q.m.Release()
 	if q.ev != nil {
 		q.ev.Close()
+	}
+}
+
+// sweep wakes the send owner of every QP whose ring stalled (see
+// Server.SweepInterval).
+func (c *conn) sweep() {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, o := range c.qps {
+		if o.sq.Stalled(&o.swept) {
+			if qp := o.qp.Load(); qp != nil {
+				qp.NotifySend()
+			}
+		}
 	}
 }
 

@@ -635,6 +635,7 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 	if err != nil {
 		return fail(errf(syscall.EINVAL, "%v", err))
 	}
+	o.sq = sq
 	cfg := nic.QPConfig{Type: typ, PD: p.pd, Cap: cp, SendCQ: scq.cq, RecvCQ: rcq.cq, SQSigAll: o.sigAll, SQ: sq,
 		Owner: c.pid, OnEvent: func(ev transport.Event) { c.event(verbsock.EventMsg{Type: eventType(ev), Handle: h}) }}
 	if srq != nil {

@@ -76,7 +76,14 @@ type Server struct {
 	closed    bool
 	nextID    uint32
 	wg        sync.WaitGroup
+	stop      chan struct{}
 }
+
+// SweepInterval is how often the server looks for send queues whose owner
+// had a WR refused (engine queue full) and was not woken since; it wakes
+// them. The device's send owner normally retries by itself; this bounds the
+// wait if it does not.
+const SweepInterval = 2 * time.Millisecond
 
 // New makes a server.
 func New(cfg Config) (*Server, error) {
@@ -113,8 +120,33 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxMRBytes == 0 {
 		l.MaxMRBytes = d.MaxMRBytes
 	}
-	return &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l,
-		conns: map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}}, nil
+	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l,
+		conns: map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+	s.wg.Add(1)
+	go s.sweeper()
+	return s, nil
+}
+
+func (s *Server) sweeper() {
+	defer s.wg.Done()
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		conns := make([]*conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.sweep()
+		}
+	}
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -201,6 +233,9 @@ func (s *Server) Clients() int {
 // objects) and waits until all of it is done.
 func (s *Server) Close() error {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stop)
+	}
 	s.closed = true
 	for l := range s.listeners {
 		l.Close()

@@ -409,3 +409,61 @@ func TestUDPostRecvThenImmediateSend(t *testing.T) {
 		t.Fatalf("%d of %d datagrams received, none counted dropped", got, n)
 	}
 }
+
+// A client that keeps its send queue full (posting again as soon as the
+// ring has room) must see every WR complete: WRs the engine could not take
+// yet stay in the ring and must be picked up when the engine frees slots,
+// with or without a doorbell (UD and UC complete without any packet from
+// the peer to wake the send owner).
+func TestSendQueueKeptFull(t *testing.T) {
+	for _, typ := range []verbs.QPType{verbs.QPTypeUD, verbs.QPTypeUC, verbs.QPTypeRC} {
+		t.Run(typ.String(), func(t *testing.T) {
+			e := newEnv(t, verbsock.Limits{})
+			d := e.client()
+			pd, _ := d.AllocPD()
+			mk := func() *side {
+				s := newSide(t, d, e.host, typ, nil, pd)
+				q, err := pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: s.scq, RecvCQ: s.rcq,
+					Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.qp = q
+				return s
+			}
+			a, b := mk(), mk()
+			var ah *verbs.AH
+			if typ == verbs.QPTypeUD {
+				udReady(t, a, 1)
+				udReady(t, b, 1)
+				ah, _ = pd.CreateAH(verbs.AHAttr{DGID: b.gid, SGIDIndex: a.gidx, Port: 1})
+			} else {
+				connect(t, a, b)
+			}
+			const total = 64
+			posted, done := 0, 0
+			var wc [8]verbs.WC
+			deadline := time.Now().Add(10 * time.Second)
+			for done < total && time.Now().Before(deadline) {
+				if posted < total {
+					wr := verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)},
+						AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 1}
+					if typ != verbs.QPTypeUD {
+						wr.Opcode, wr.RemoteAddr, wr.RKey = verbs.WRRDMAWrite, b.mr.Addr(), b.mr.RKey()
+					}
+					err := a.qp.PostSend(wr)
+					switch {
+					case err == nil:
+						posted++
+					case !errors.Is(err, syscall.ENOMEM):
+						t.Fatal(err)
+					}
+				}
+				done += a.scq.Poll(wc[:])
+			}
+			if done != total {
+				t.Fatalf("%d of %d posted WRs completed (%d posted): the send queue stalled", done, total, posted)
+			}
+		})
+	}
+}
