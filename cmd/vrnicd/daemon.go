@@ -57,9 +57,9 @@ type daemon struct {
 	ready   atomic.Bool
 }
 
-// newLogger builds the slog logger: text or JSON on stderr. Under journald
+// newLogger builds the slog handler: text or JSON on stderr. Under journald
 // (JOURNAL_STREAM set) the journal stamps records, so time is left out.
-func newLogger(format string, w io.Writer, level *slog.LevelVar) *slog.Logger {
+func newLogger(format string, w io.Writer, level *slog.LevelVar) slog.Handler {
 	opts := &slog.HandlerOptions{Level: level}
 	if os.Getenv("JOURNAL_STREAM") != "" {
 		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
@@ -70,18 +70,19 @@ func newLogger(format string, w io.Writer, level *slog.LevelVar) *slog.Logger {
 		}
 	}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.NewTextHandler(w, opts)
 }
 
 // start brings the daemon up: socket, pcap, link, device, netstack, then
 // the accept loop; READY=1 goes to systemd when all of it is up. On error
 // everything already opened is closed again.
-func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
-	d = &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, runDone: make(chan error, 1)}
+func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
+	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, runDone: make(chan error, 1)}
 	d.level.Set(cfg.LogLevel)
-	d.log = newLogger(cfg.LogFormat, stderr, d.level)
+	gate := newGate(newLogger(cfg.LogFormat, stderr, d.level))
+	d.log = slog.New(gate)
 
 	var undo []func()
 	defer func() {
@@ -90,6 +91,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
 			for _, f := range undo {
 				f()
 			}
+			// What was logged on the way in is shown only at debug level:
+			// otherwise a failed start is its error line alone.
+			gate.release(cfg.LogLevel <= slog.LevelDebug)
 		}
 	}()
 
@@ -142,6 +146,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
 		Logger: d.log,
 	})
 	if err != nil {
+		if cfg.Mode == netstack.ModeRaw && isPerm(err) {
+			return nil, fmt.Errorf("raw mode on %s needs CAP_NET_ADMIN as well as CAP_NET_RAW (netlink: the interface's neighbour table): %v", cfg.Iface, trimPkg(err))
+		}
 		if cfg.Mode == netstack.ModeRaw {
 			return nil, fmt.Errorf("raw mode on %s: %w", cfg.Iface, trimPkg(err))
 		}
@@ -165,6 +172,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (d *daemon, err error) {
 	d.sigs = make(chan os.Signal, 4)
 	signal.Notify(d.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	d.ready.Store(true)
+	gate.release(true)
 	d.log.Info("vrnicd ready", d.summary()...)
 	d.notify(sd.SdNotifyReady)
 	return d, nil
@@ -209,6 +217,9 @@ func (d *daemon) openLink() error {
 
 func tapError(name string, err error) error {
 	switch {
+	case errors.Is(err, syscall.EACCES):
+		// open(2) of the clone device, before any capability check.
+		return fmt.Errorf("creating TAP %s: cannot open /dev/net/tun: permission denied (the daemon's user needs read and write access to it)", name)
 	case isPerm(err):
 		return fmt.Errorf("creating TAP %s needs CAP_NET_ADMIN (run vrnicd as root or give it that capability): %v", name, syscall.EPERM)
 	case errors.Is(err, syscall.EBUSY):

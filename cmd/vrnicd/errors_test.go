@@ -111,6 +111,16 @@ func TestBinaryStartErrors(t *testing.T) {
 		t.Fatalf("first daemon: exited=%v status %d", ok, code)
 	}
 
+	// An unprivileged user meets /dev/net/tun's mode first when it is not
+	// world-writable (as in some containers), else TUNSETIFF's EPERM.
+	nobodyTAP := []string{"needs CAP_NET_ADMIN", "operation not permitted"}
+	if fi, err := os.Stat("/dev/net/tun"); err == nil && fi.Mode().Perm()&0o006 != 0o006 {
+		nobodyTAP = []string{"cannot open /dev/net/tun: permission denied"}
+	}
+	nobody := append(exec, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups")
+	rootWith := func(caps string) []string {
+		return append(exec, "setpriv", "--bounding-set", "-all"+caps, "--inh-caps", "-all")
+	}
 	sock2 := filepath.Join(dir, "c.sock")
 	for _, tt := range []struct {
 		name   string
@@ -122,12 +132,14 @@ func TestBinaryStartErrors(t *testing.T) {
 		{"missing interface", exec, []string{"--iface", "nosuch0"}, exitFail, []string{"interface nosuch0 not found"}},
 		{"not a TAP", exec, []string{"--iface", "tap:" + veth}, exitFail, []string{"interface " + veth + " exists and is not a TAP"}},
 		{"raw mtu", exec, []string{"--iface", veth, "--mtu", "9000"}, exitConfig, []string{"--mtu 9000 does not match " + veth + "'s MTU 1500"}},
-		{"tap as nobody", append(exec, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"),
-			[]string{"--iface", "tap:" + linktest.UniqueName("vt")}, exitFail, []string{"needs CAP_NET_ADMIN", "operation not permitted"}},
-		{"raw as nobody", append(exec, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"),
-			[]string{"--iface", veth}, exitFail, []string{"raw mode on " + veth + " needs CAP_NET_RAW"}},
-		{"socket dir not writable", append(exec, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"),
-			[]string{"--iface", veth, "--socket", "/run/vrnicd-test-" + linktest.UniqueName("x") + "/vrnicd.sock"}, exitFail, []string{"permission denied"}},
+		{"tap as nobody", nobody, []string{"--iface", "tap:" + linktest.UniqueName("vt")}, exitFail, nobodyTAP},
+		{"tap without CAP_NET_ADMIN", rootWith(",+net_raw"), []string{"--iface", "tap:" + linktest.UniqueName("vt")}, exitFail,
+			[]string{"needs CAP_NET_ADMIN", "operation not permitted"}},
+		{"raw as nobody", nobody, []string{"--iface", veth}, exitFail, []string{"raw mode on " + veth + " needs CAP_NET_RAW"}},
+		{"raw without CAP_NET_ADMIN", rootWith(",+net_raw"), []string{"--iface", veth}, exitFail,
+			[]string{"raw mode on " + veth + " needs CAP_NET_ADMIN as well as CAP_NET_RAW"}},
+		{"socket dir not writable", nobody, []string{"--iface", veth, "--socket", "/run/vrnicd-test-" + linktest.UniqueName("x") + "/vrnicd.sock"},
+			exitFail, []string{"socket directory /run/vrnicd-test-", "permission denied"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			args := tt.args
@@ -145,6 +157,25 @@ func TestBinaryStartErrors(t *testing.T) {
 			}
 		})
 	}
+	// Kernel rxe (or anything) on UDP 4791 keeps raw mode from guarding it;
+	// the error comes after the link is open, which is closed again.
+	var busy *net.UDPConn
+	if err := ns.Do(func() (err error) {
+		busy, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 4791})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr = runFail(t, exec, "--iface", veth, "--socket", sock2)
+	busy.Close()
+	if code != exitFail {
+		t.Errorf("UDP 4791 in use: exit status %d", code)
+	}
+	oneLine(t, stderr, "raw mode on "+veth, "address already in use", "rdma_rxe")
+	if exists(sock2) {
+		t.Error("failed start left its socket behind")
+	}
+
 	if out, _ := ns.TryExec("ip", "-o", "link"); strings.Contains(out, "vt") {
 		t.Errorf("a failed start left a TAP behind:\n%s", out)
 	}

@@ -72,8 +72,8 @@ Attach modes:
                        Needs CAP_NET_ADMIN.
   --iface IFACE        raw mode on an existing Ethernet interface, with its
                        MAC, MTU and addresses (followed as they change).
-                       Needs CAP_NET_RAW (and CAP_NET_ADMIN so the kernel
-                       resolves neighbours on request).
+                       Needs CAP_NET_RAW (AF_PACKET) and CAP_NET_ADMIN
+                       (netlink: neighbour table and resolution requests).
 
 Options:
   --ip ADDR/LEN        an address of the TAP-mode NIC, IPv4 or IPv6, e.g.

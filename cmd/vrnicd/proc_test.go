@@ -150,15 +150,22 @@ type daemonProc struct {
 // for its ready line. The process is killed at test end if still running.
 func startDaemon(t testing.TB, ns *linktest.NS, env []string, args ...string) *daemonProc {
 	t.Helper()
-	p := spawn(t, ns, env, args...)
+	return startWrapped(t, ns, nil, env, args...)
+}
+
+// startWrapped is startDaemon with a command (e.g. setpriv ...) run between
+// the namespace and vrnicd.
+func startWrapped(t testing.TB, ns *linktest.NS, wrap, env []string, args ...string) *daemonProc {
+	t.Helper()
+	p := spawn(t, ns, wrap, env, args...)
 	p.ready, _ = p.log.waitRecord(t, 0, "vrnicd ready", 15*time.Second)
 	return p
 }
 
-func spawn(t testing.TB, ns *linktest.NS, env []string, args ...string) *daemonProc {
+func spawn(t testing.TB, ns *linktest.NS, wrap, env []string, args ...string) *daemonProc {
 	t.Helper()
 	bin, _ := binaries(t)
-	argv := append([]string{bin, "--log-format", "json"}, args...)
+	argv := append(append(wrap[:len(wrap):len(wrap)], bin, "--log-format", "json"), args...)
 	if ns != nil {
 		argv = append([]string{"ip", "netns", "exec", ns.Name}, argv...)
 	}
