@@ -107,8 +107,8 @@ type SendQueue struct {
 	consumer
 	cfg    SQConfig
 	peeked atomic.Uint64 // head+1 while the entry at head is handed out and not consumed
-	copyb  []byte // the private copy of the entry at head
-	have   bool   // wr holds the decoded entry at head
+	copyb  []byte        // the private copy of the entry at head
+	have   bool          // wr holds the decoded entry at head
 	wr     transport.SendWR
 	sgl    []transport.SGE
 	inline []byte
