@@ -38,12 +38,13 @@ func TestTAPDaemon(t *testing.T) {
 	sock := filepath.Join(dir, "run", "vrnicd.sock")
 	pcap := filepath.Join(dir, "roce.pcap")
 	cfg := filepath.Join(dir, "vrnicd.toml")
+	extra := ""
 	writeConfig := func(level string, ips ...string) {
 		q := make([]string, len(ips))
 		for i, ip := range ips {
 			q[i] = `"` + ip + `"`
 		}
-		body := "iface = \"tap:" + tap + "\"\nlog_level = \"" + level + "\"\nip = [" + strings.Join(q, ", ") + "]\n"
+		body := "iface = \"tap:" + tap + "\"\nlog_level = \"" + level + "\"\nip = [" + strings.Join(q, ", ") + "]\n" + extra
 		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,22 @@ func TestTAPDaemon(t *testing.T) {
 		t.Fatal("debug records at log level info")
 	}
 	from = d.log.count()
-	// The pcap is rotated away (logrotate's create mode) at the same time.
+	// A bad file changes nothing.
+	extra = "mtu = \"big\"\n"
+	writeConfig("debug", "192.0.2.10/24")
+	d.signal(syscall.SIGHUP)
+	if r, _ := d.log.waitRecord(t, from, "reload failed; the running configuration stays", 5*time.Second); !strings.Contains(recordString(r, "err"), "mtu (line 4)") {
+		t.Fatalf("reload error %v", r)
+	}
+	for _, want := range []string{"RELOADING=1", "READY=1"} {
+		if m := notify.next(t, 5*time.Second); m != want {
+			t.Fatalf("reload notification %q, want %s", m, want)
+		}
+	}
+	// The pcap is rotated away (logrotate's create mode) at the same time;
+	// the MTU cannot change while running, and says so.
+	from = d.log.count()
+	extra = "mtu = 9000\n"
 	writeConfig("debug", "192.0.2.10/24", "192.0.2.11/24", "2001:db8::10/64")
 	if err := os.Rename(pcap, pcap+".1"); err != nil {
 		t.Fatal(err)
@@ -135,6 +151,12 @@ func TestTAPDaemon(t *testing.T) {
 	applied := recordString(rr, "applied")
 	if !hasField(applied, "log_level=debug") || !hasField(applied, "ip") || !hasField(applied, "pcap="+pcap) {
 		t.Fatalf("reload applied %q", applied)
+	}
+	if r, _ := d.log.waitRecord(t, from, "setting changed; it takes effect at restart", time.Second); r["key"] != "mtu" || r["running"] != 1500.0 || r["configured"] != 9000.0 {
+		t.Fatalf("restart-only change logged as %v", r)
+	}
+	if rr["mtu"] != 1500.0 {
+		t.Fatalf("after reload the summary says MTU %v", rr["mtu"])
 	}
 	p.sendRC(t, netip.MustParseAddr("192.0.2.11"), 0x11, 2)
 	for _, want := range []string{"RELOADING=1", "READY=1"} {
