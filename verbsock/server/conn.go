@@ -29,7 +29,8 @@ type conn struct {
 	pid  int
 	log  *slog.Logger
 
-	version uint16
+	version uint16      // request loop only
+	ready   atomic.Bool // hello done: events may be sent
 
 	mu         sync.RWMutex
 	nextHandle uint32
@@ -206,6 +207,9 @@ func (c *conn) replyErr(h verbsock.Header, err error) bool {
 // event queues an asynchronous event; it never blocks (owners call it).
 // Events beyond the queue are counted and reported as EventLost.
 func (c *conn) event(ev verbsock.EventMsg) {
+	if !c.ready.Load() {
+		return
+	}
 	select {
 	case <-c.done:
 		return
@@ -221,7 +225,7 @@ func (c *conn) event(ev verbsock.EventMsg) {
 func (c *conn) eventWriter() {
 	defer c.wg.Done()
 	send := func(ev verbsock.EventMsg) bool {
-		err := c.sock.Write(verbsock.Header{Version: max(c.version, 1), Op: verbsock.OpEvent, Flags: verbsock.FlagEvent},
+		err := c.sock.Write(verbsock.Header{Version: verbsock.Version, Op: verbsock.OpEvent, Flags: verbsock.FlagEvent},
 			verbsock.Encode(nil, &ev), nil, c.s.cfg.WriteTimeout)
 		return err == nil
 	}

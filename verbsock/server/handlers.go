@@ -128,6 +128,7 @@ func (c *conn) hello(r *verbsock.HelloReq) (any, []int, error) {
 		return nil, nil, errf(syscall.EPROTONOSUPPORT, "client speaks versions %d..%d, daemon %d", r.MinVersion, r.MaxVersion, verbsock.Version)
 	}
 	c.version = verbsock.Version
+	c.ready.Store(true)
 	resp := &verbsock.HelloResp{Version: verbsock.Version, PageSize: uint32(shm.PageSize), ClientID: c.id, Limits: c.s.limits}
 	copy(resp.DevName[:], c.s.dev.Name())
 	return resp, nil, nil

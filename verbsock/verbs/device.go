@@ -147,6 +147,9 @@ func (d *Device) Events() <-chan AsyncEvent { return d.events }
 // Close.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true // a close by hand is not DEVICE_FATAL
+		d.mu.Unlock()
 		d.conn.Close()
 		<-d.readerDone
 		d.objs.Range(func(_, v any) bool {
@@ -194,7 +197,7 @@ func (d *Device) reader() {
 		ch <- reply{h: h, payload: append([]byte(nil), p...), fds: fds}
 	}
 	d.mu.Lock()
-	wasClosed := d.closed
+	byHand := d.closed
 	d.closed = true
 	pend := d.pending
 	d.pending = nil
@@ -202,7 +205,7 @@ func (d *Device) reader() {
 	for _, ch := range pend {
 		close(ch)
 	}
-	if !wasClosed {
+	if !byHand {
 		select {
 		case d.events <- AsyncEvent{Type: EventDeviceFatal}:
 		default:

@@ -467,3 +467,121 @@ func TestSendQueueKeptFull(t *testing.T) {
 		})
 	}
 }
+
+// Port events the daemon broadcasts reach every client; a daemon that goes
+// away shows as DEVICE_FATAL, then Events closes and verbs fail with
+// ENODEV.
+func TestUnaffiliatedEvents(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d1, d2 := e.client(), e.client()
+	e.srv.Broadcast(verbsock.EventPortErr, 1)
+	for _, d := range []*verbs.Device{d1, d2} {
+		select {
+		case ev := <-d.Events():
+			if ev.Type != verbs.EventPortErr || ev.Port != 1 || ev.QP != nil {
+				t.Fatalf("event %v", ev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no PORT_ERR")
+		}
+	}
+	e.srv.Close()
+	select {
+	case ev := <-d1.Events():
+		if ev.Type != verbs.EventDeviceFatal {
+			t.Fatalf("after the daemon went away: %v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no DEVICE_FATAL")
+	}
+	if _, ok := <-d1.Events(); ok {
+		t.Fatal("Events not closed")
+	}
+	if _, err := d1.AllocPD(); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("verb on a dead device: %v, want ENODEV", err)
+	}
+	// Closing a device by hand closes Events without DEVICE_FATAL.
+	e2 := newEnv(t, verbsock.Limits{})
+	d3 := e2.client()
+	d3.Close()
+	if ev, ok := <-d3.Events(); ok {
+		t.Fatalf("event %v after Close", ev)
+	}
+}
+
+func TestSRQResizeAndPostErrors(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	pd, _ := d.AllocPD()
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.Modify(verbs.SRQAttr{MaxWR: 64}, verbs.SRQAttrMaxWR); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := srq.Query(); a.MaxWR != 64 {
+		t.Fatalf("after resize: %+v", a)
+	}
+	if err := srq.Modify(verbs.SRQAttr{Limit: 100}, verbs.SRQAttrLimit); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("limit over max_wr: %v", err)
+	}
+	err = srq.PostRecv(verbs.RecvWR{ID: 1}, verbs.RecvWR{ID: 2, SGL: make([]verbs.SGE, 2)})
+	var pe *verbs.PostError
+	if !errors.As(err, &pe) || pe.Index != 1 || !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("post of 2 SGEs on a 1-SGE SRQ: %v", err)
+	}
+	// The ring holds 4: the fifth post before the daemon drains may be
+	// ENOMEM, never anything else.
+	for i := range 64 {
+		if err := srq.PostRecv(verbs.RecvWR{ID: uint64(i)}); err != nil && !errors.Is(err, syscall.ENOMEM) {
+			t.Fatal(err)
+		}
+	}
+	if err := srq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.PostRecv(verbs.RecvWR{}); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("post to a destroyed SRQ: %v", err)
+	}
+}
+
+func TestPostSendChecks(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	a := newSide(t, d, e.host, verbs.QPTypeRC, nil, nil)
+	if err := a.qp.PostSend(verbs.SendWR{Opcode: verbs.WRSend}); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("post_send in RESET: %v", err)
+	}
+	if err := a.qp.PostRecv(verbs.RecvWR{}); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("post_recv in RESET: %v", err)
+	}
+	b := newSide(t, d, e.host, verbs.QPTypeRC, nil, nil)
+	connect(t, a, b)
+	cases := []struct {
+		name string
+		wr   verbs.SendWR
+	}{
+		{"too many SGEs", verbs.SendWR{Opcode: verbs.WRSend, SGL: make([]verbs.SGE, 5)}},
+		{"inline over max", verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendInline, Inline: make([]byte, 257)}},
+		{"inline from a foreign lkey", verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{{Addr: 1, Length: 4, LKey: 0x999}}}},
+		{"REG_MR without MR", verbs.SendWR{Opcode: verbs.WRRegMR}},
+		{"BIND_MW without MW", verbs.SendWR{Opcode: verbs.WRBindMW}},
+		{"opcode 99", verbs.SendWR{Opcode: 99}},
+	}
+	for _, c := range cases {
+		err := a.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.WRSend}, c.wr)
+		var pe *verbs.PostError
+		if !errors.As(err, &pe) || pe.Index != 1 || !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	// The good first WRs of each call were posted (and fail remotely for
+	// want of receives, or succeed): nothing is left half-written.
+	if err := a.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(verbs.SendWR{}); !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("post to a destroyed QP: %v", err)
+	}
+}
