@@ -57,6 +57,8 @@ type QP struct {
 	sendCalls chan postReq
 	recvCalls chan postReq
 
+	rwr transport.RecvWR // receive owner's scratch for drainRecv
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -254,24 +256,60 @@ func (q *QP) sendLoop() {
 			q.handleResp(it)
 		case <-timer.C:
 		}
-		if q.sq != nil {
-			for q.sq.Peek(&wr) {
-				err := q.tq.PostSend(&wr)
-				if err != nil && !errors.Is(err, transport.ErrFull) && !errors.Is(err, transport.ErrState) {
-					wr.Fault = transport.WCLocQPOpErr // a WR ibv_post_send would refuse
-					err = q.tq.PostSend(&wr)
-				}
-				if err != nil {
-					break // full, or not yet RTS: it stays in the ring
-				}
-				q.sq.Consume()
-			}
-		}
-		next := q.tq.RunSend()
+		next := q.drainAndRun(&wr)
 		timer.Stop()
 		if !next.IsZero() {
 			timer.Reset(max(time.Until(next), 0))
 		}
+	}
+}
+
+// drainAndRun moves posted WRs from the client's ring into the engine and
+// runs it, again while running freed room for WRs still waiting (UC and UD
+// WQEs complete without any packet arriving to wake the owner).
+func (q *QP) drainAndRun(wr *transport.SendWR) time.Time {
+	for {
+		full := false
+		if q.sq != nil {
+			for q.sq.Peek(wr) {
+				err := q.tq.PostSend(wr)
+				if err != nil && !errors.Is(err, transport.ErrFull) && !errors.Is(err, transport.ErrState) {
+					wr.Fault = transport.WCLocQPOpErr // a WR ibv_post_send would refuse
+					err = q.tq.PostSend(wr)
+				}
+				if err != nil {
+					full = errors.Is(err, transport.ErrFull) // or not yet RTS: it stays in the ring
+					break
+				}
+				q.sq.Consume()
+			}
+		}
+		before := q.tq.Info().Outstanding
+		next := q.tq.RunSend()
+		if !full || q.tq.Info().Outstanding >= before {
+			return next
+		}
+	}
+}
+
+// drainRecv moves posted receive WRs from the client's ring into the
+// engine; it runs before every request so a receive posted just before a
+// message arrives is there for it.
+func (q *QP) drainRecv(wr *transport.RecvWR) {
+	if q.rq == nil {
+		return
+	}
+	for q.rq.Peek(wr) {
+		if err := q.tq.PostRecv(wr); err != nil {
+			if errors.Is(err, transport.ErrInvalid) {
+				wr.Fault = transport.WCLocQPOpErr
+				err = q.tq.PostRecv(wr)
+			}
+			if err != nil {
+				return
+			}
+		}
+		q.rq.Consume()
 	}
 }
 
@@ -303,24 +341,19 @@ func (q *QP) recvLoop() {
 				q.handleReq(it)
 			}
 		}
-		if q.rq != nil {
-			for q.rq.Peek(&wr) {
-				if err := q.tq.PostRecv(&wr); err != nil {
-					break
-				}
-				q.rq.Consume()
-			}
-		}
+		q.drainRecv(&wr)
 		busy = q.tq.RunRecv()
 	}
 }
 
 func (q *QP) handleReq(it *rxItem) {
+	q.drainRecv(&q.rwr)
 	q.tq.HandleRequest(&it.rx)
 	q.d.putRx(it)
 	for range 64 {
 		select {
 		case it := <-q.reqIn:
+			q.drainRecv(&q.rwr)
 			q.tq.HandleRequest(&it.rx)
 			q.d.putRx(it)
 		default:

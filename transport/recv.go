@@ -176,14 +176,18 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.srq != nil {
 		return ErrInvalid // the QP takes its receives from its SRQ
 	}
-	if uint32(len(wr.SGL)) > q.cap.MaxRecvSGE {
+	if uint32(len(wr.SGL)) > q.cap.MaxRecvSGE && wr.Fault == WCSuccess {
 		return ErrInvalid
 	}
 	if rs.rqTail-rs.rqHead >= uint64(q.cap.MaxRecvWR) {
 		return ErrFull
 	}
 	i := rs.rqTail & rs.rqMask
-	rs.rq[i] = RecvWR{ID: wr.ID, SGL: append(rs.rqSGL[i][:0], wr.SGL...)}
+	sgl := rs.rqSGL[i][:0]
+	if len(wr.SGL) <= cap(sgl) {
+		sgl = append(sgl, wr.SGL...)
+	}
+	rs.rq[i] = RecvWR{ID: wr.ID, SGL: sgl, Fault: wr.Fault}
 	rs.rqTail++
 	return nil
 }
@@ -207,6 +211,7 @@ func (rs *recvSide) popRecv() bool {
 		rs.rqHead++
 	}
 	rs.cur.wr = wr
+	rs.cur.wr.Fault = wr.Fault
 	rs.cur.off = 0
 	rs.cur.length = 0
 	for _, s := range wr.SGL {
@@ -425,6 +430,10 @@ func (rs *recvSide) rcRequest(s *qpSnap, p *RxPacket) {
 		rs.queueAck(wire.AETHRNRNak|s.attr.MinRNRTimer&0x1f, psn, s)
 		return
 	}
+	if needWQE && rs.cur.wr.Fault != WCSuccess {
+		rs.fatalNAK(s, wire.NakRemoteOperation, psn, rs.cur.wr.Fault, EventQPFatal, "malformed receive WQE")
+		return
+	}
 	switch {
 	case info.Has(wire.FlagSend):
 		if !rs.doSend(s, p, psn) {
@@ -498,7 +507,7 @@ func (rs *recvSide) doSend(s *qpSnap, p *RxPacket, psn wire.PSN) bool {
 	}
 	rs.inMsg = msgNone
 	rs.msn = (rs.msn + 1) & wire.PSNMask
-	rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(c.off)}
+	rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(c.off), Solicited: p.BTH.SE()}
 	if p.ImmDt != nil {
 		rs.wc.Flags |= WCWithImm
 		rs.wc.ImmData = p.ImmDt.Imm()
@@ -558,7 +567,7 @@ func (rs *recvSide) doWrite(s *qpSnap, p *RxPacket, psn wire.PSN) bool {
 	}
 	rs.msn = (rs.msn + 1) & wire.PSNMask
 	if p.ImmDt != nil {
-		rs.wc = WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(rs.writeLen), Flags: WCWithImm, ImmData: p.ImmDt.Imm()}
+		rs.wc = WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(rs.writeLen), Flags: WCWithImm, ImmData: p.ImmDt.Imm(), Solicited: p.BTH.SE()}
 		rs.completeRecv(&rs.wc)
 	}
 	return true
@@ -875,6 +884,12 @@ func (rs *recvSide) ucRequest(s *qpSnap, p *RxPacket) {
 		drop()
 		return
 	}
+	if needWQE && rs.cur.wr.Fault != WCSuccess {
+		rs.wc = WC{Status: rs.cur.wr.Fault, Opcode: WCRecv}
+		rs.completeRecv(&rs.wc)
+		drop()
+		return
+	}
 	switch {
 	case info.Has(wire.FlagSend):
 		c := &rs.cur
@@ -893,7 +908,7 @@ func (rs *recvSide) ucRequest(s *qpSnap, p *RxPacket) {
 			return
 		}
 		rs.inMsg = msgNone
-		rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(c.off)}
+		rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(c.off), Solicited: p.BTH.SE()}
 		if p.ImmDt != nil {
 			rs.wc.Flags |= WCWithImm
 			rs.wc.ImmData = p.ImmDt.Imm()
@@ -932,7 +947,7 @@ func (rs *recvSide) ucRequest(s *qpSnap, p *RxPacket) {
 			rs.hasWrite = false
 		}
 		if p.ImmDt != nil {
-			rs.wc = WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(rs.writeLen), Flags: WCWithImm, ImmData: p.ImmDt.Imm()}
+			rs.wc = WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(rs.writeLen), Flags: WCWithImm, ImmData: p.ImmDt.Imm(), Solicited: p.BTH.SE()}
 			rs.completeRecv(&rs.wc)
 		}
 	default:
@@ -958,6 +973,11 @@ func (rs *recvSide) udRequest(s *qpSnap, p *RxPacket) {
 	}
 	c := &rs.cur
 	n := uint64(len(p.Payload))
+	if c.wr.Fault != WCSuccess {
+		rs.wc = WC{Status: c.wr.Fault, Opcode: WCRecv}
+		rs.completeRecv(&rs.wc)
+		return
+	}
 	if c.length < n+GRHLen {
 		rs.wc = WC{Status: WCLocLenErr, Opcode: WCRecv}
 		rs.completeRecv(&rs.wc)
@@ -975,7 +995,7 @@ func (rs *recvSide) udRequest(s *qpSnap, p *RxPacket) {
 		return
 	}
 	rs.psn = wire.PSN(p.BTH.PSN()).Add(1)
-	rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(n + GRHLen), Flags: WCWithGRH, SrcQP: p.DETH.SrcQP()}
+	rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(n + GRHLen), Flags: WCWithGRH, SrcQP: p.DETH.SrcQP(), Solicited: p.BTH.SE()}
 	if p.ImmDt != nil {
 		rs.wc.Flags |= WCWithImm
 		rs.wc.ImmData = p.ImmDt.Imm()

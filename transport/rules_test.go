@@ -620,3 +620,35 @@ func TestTooManyOutstandingReadsIsInvalidRequest(t *testing.T) {
 		t.Fatalf("NAKs %#x, responder %v; want an invalid-request NAK and ERR", naks, p.b.QP.State())
 	}
 }
+
+// A receive WQE that failed validation fails the message that reaches it:
+// on RC with a remote operational error NAK (the QP goes to ERR).
+func TestFaultedRecvWQEIsRemoteOperationalError(t *testing.T) {
+	p := newPair(t, 16, tt.Options{})
+	src := p.buf(t, p.a, 64, 0x1000)
+	if err := p.b.QP.PostRecv(&transport.RecvWR{ID: 5, Fault: transport.WCLocQPOpErr}); err != nil {
+		t.Fatal(err)
+	}
+	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSolicited, SGL: []transport.SGE{src.SGE(0, 8)}})
+	if wc := p.waitWC(t, p.a.SendCQ, 1); wc[0].Status != transport.WCRemOpErr {
+		t.Fatalf("sender %v, want REM_OP_ERR", wc[0].Status)
+	}
+	if wc := p.waitWC(t, p.b.RecvCQ, 1); wc[0].Status != transport.WCLocQPOpErr || wc[0].WRID != 5 {
+		t.Fatalf("receiver %+v, want WR 5 with LOC_QP_OP_ERR", wc[0])
+	}
+}
+
+// The BTH SE bit of a message's last packet reaches its receive completion.
+func TestSolicitedEventReachesTheCompletion(t *testing.T) {
+	p := newPair(t, 17, tt.Options{})
+	src := p.buf(t, p.a, 64, 0x1000)
+	dst := p.buf(t, p.b, 64, 0x2000)
+	postRecv(t, p.b.QP, 1, dst.SGE(0, 64))
+	postRecv(t, p.b.QP, 2, dst.SGE(0, 64))
+	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 8)}})
+	post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSolicited, SGL: []transport.SGE{src.SGE(0, 8)}})
+	wcs := p.waitWC(t, p.b.RecvCQ, 2)
+	if wcs[0].Solicited || !wcs[1].Solicited {
+		t.Fatalf("solicited flags %v, %v; want false, true", wcs[0].Solicited, wcs[1].Solicited)
+	}
+}

@@ -51,7 +51,7 @@ func (s *SRQ) alloc(maxWR uint32) {
 	var j uint64
 	for i := s.head; i < s.tail; i, j = i+1, j+1 {
 		old := s.ring[i&uint64(len(s.ring)-1)]
-		ring[j] = RecvWR{ID: old.ID, SGL: append(sgl[j][:0], old.SGL...)}
+		ring[j] = RecvWR{ID: old.ID, SGL: append(sgl[j][:0], old.SGL...), Fault: old.Fault}
 	}
 	s.ring, s.sgl = ring, sgl
 	s.tail, s.head = j, 0
@@ -66,7 +66,7 @@ func (s *SRQ) PD() mem.PD { return s.pd }
 
 // Post queues a receive WQE (ibv_post_srq_recv).
 func (s *SRQ) Post(wr *RecvWR) error {
-	if uint32(len(wr.SGL)) > s.maxSGE {
+	if uint32(len(wr.SGL)) > s.maxSGE && wr.Fault == WCSuccess {
 		return fmt.Errorf("%w: %d SGEs, SRQ max_sge is %d", ErrInvalid, len(wr.SGL), s.maxSGE)
 	}
 	s.mu.Lock()
@@ -75,7 +75,11 @@ func (s *SRQ) Post(wr *RecvWR) error {
 		return ErrFull
 	}
 	i := s.tail & uint64(len(s.ring)-1)
-	s.ring[i] = RecvWR{ID: wr.ID, SGL: append(s.sgl[i][:0], wr.SGL...)}
+	sgl := s.sgl[i][:0]
+	if len(wr.SGL) <= cap(sgl) {
+		sgl = append(sgl, wr.SGL...)
+	}
+	s.ring[i] = RecvWR{ID: wr.ID, SGL: sgl, Fault: wr.Fault}
 	s.tail++
 	return nil
 }
@@ -124,7 +128,7 @@ func (s *SRQ) pop() (RecvWR, bool) {
 		return RecvWR{}, false
 	}
 	i := s.head & uint64(len(s.ring)-1)
-	wr := RecvWR{ID: s.ring[i].ID, SGL: append([]SGE(nil), s.ring[i].SGL...)}
+	wr := RecvWR{ID: s.ring[i].ID, SGL: append([]SGE(nil), s.ring[i].SGL...), Fault: s.ring[i].Fault}
 	s.head++
 	fire := s.limit > 0 && s.tail-s.head < uint64(s.limit)
 	if fire {

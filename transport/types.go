@@ -215,6 +215,10 @@ func (wr *SendWR) length() uint64 {
 type RecvWR struct {
 	ID  uint64
 	SGL []SGE
+	// Fault, if not WCSuccess, says the WR failed validation (a hostile or
+	// broken ring entry): the message that would use it fails instead
+	// (RC: remote operational error NAK; UC/UD: the WR completes with Fault).
+	Fault WCStatus
 }
 
 // WCStatus is a completion status, numbered as enum ibv_wc_status.
@@ -299,6 +303,9 @@ type WC struct {
 	SrcQP     uint32
 	PKeyIndex uint16
 	VendorErr uint32
+	// Solicited: the message asked for a solicited event (BTH SE), which
+	// ibv_req_notify_cq(solicited_only) waits for.
+	Solicited bool
 }
 
 // wcOpcode maps a send WR opcode to its completion opcode.

@@ -395,21 +395,16 @@ func (q *RecvQueue) Consume() {
 	q.consume()
 }
 
-// PoisonLKey is the lkey of the one SGE a malformed receive WQE is replaced
-// with: no MR has key 0, so the responder fails the WQE (completing it in
-// error) when a message that carries data reaches it. transport.RecvWR has no
-// Fault field; this keeps the rule "a bad WQE completes with an error" in
-// RQ order without one.
-const PoisonLKey = 0
-
 // DecodeRQE decodes and validates one copied RQE. It reports false if the
-// entry was malformed and replaced by a poisoned one.
+// entry was malformed: wr then carries Fault (LOC_QP_OP_ERR) and no SGEs,
+// and the message that reaches it fails in RQ order.
 func DecodeRQE(b []byte, wr *transport.RecvWR, sgl []transport.SGE, maxSGE uint32) bool {
 	wr.ID = le.Uint64(b[rqeWRID:])
+	wr.Fault = transport.WCSuccess
 	ns := le.Uint32(b[rqeNumSGE:])
 	poison := func() bool {
-		sgl[0] = transport.SGE{Addr: 0, Length: 1, LKey: PoisonLKey}
-		wr.SGL = sgl[:1]
+		wr.SGL = sgl[:0]
+		wr.Fault = transport.WCLocQPOpErr
 		return false
 	}
 	if ns > maxSGE || int(ns) > len(sgl) {
@@ -515,11 +510,10 @@ func (c *CQ) Push(wc *transport.WC) bool {
 }
 
 // solicited is the solicited-event rule of ibv_req_notify_cq(solicited_only):
-// an unsuccessful completion, or a receive that carried the solicited-event
-// bit. transport.WC does not carry the SE bit yet, so every receive
-// completion counts (a superset: never a missed wakeup).
+// an unsuccessful completion, or a receive of a message with the
+// solicited-event bit.
 func solicited(wc *transport.WC) bool {
-	return wc.Status != transport.WCSuccess || wc.Opcode&transport.WCRecv != 0
+	return wc.Status != transport.WCSuccess || wc.Solicited
 }
 
 // Arm sets the notify word from the daemon side (the socket's

@@ -80,8 +80,8 @@ func FuzzDecodeRQE(f *testing.F) {
 		sgl := make([]transport.SGE, max(ms, 1))
 		ok := DecodeRQE(b, &wr, sgl, ms)
 		if !ok {
-			if len(wr.SGL) != 1 || wr.SGL[0].LKey != PoisonLKey {
-				t.Fatalf("malformed RQE not poisoned: %+v", wr)
+			if len(wr.SGL) != 0 || wr.Fault != transport.WCLocQPOpErr {
+				t.Fatalf("malformed RQE not faulted: %+v", wr)
 			}
 			return
 		}

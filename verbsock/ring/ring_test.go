@@ -345,7 +345,7 @@ func TestRQEDecodeAndPoison(t *testing.T) {
 		if !q.Peek(&wr) {
 			t.Fatalf("WR %d missing", w.id)
 		}
-		poisoned := len(wr.SGL) == 1 && wr.SGL[0].LKey == PoisonLKey
+		poisoned := wr.Fault == transport.WCLocQPOpErr && len(wr.SGL) == 0
 		if wr.ID != w.id || poisoned != w.poison {
 			t.Fatalf("WR %d: got %+v", w.id, wr)
 		}
@@ -430,9 +430,13 @@ func TestCQNotify(t *testing.T) {
 		t.Fatal("solicited-only arming did not fire on an error completion")
 	}
 	r.Arm(true)
-	c.Push(&transport.WC{Opcode: transport.WCRecv})
+	c.Push(&transport.WC{Opcode: transport.WCRecv}) // a receive without SE
+	if fired.Load() != 2 {
+		t.Fatal("solicited-only arming fired on an unsolicited receive")
+	}
+	c.Push(&transport.WC{Opcode: transport.WCRecv, Solicited: true})
 	if fired.Load() != 3 {
-		t.Fatal("solicited-only arming did not fire on a receive")
+		t.Fatal("solicited-only arming did not fire on a solicited receive")
 	}
 	c.Arm(false) // daemon-side arming (socket req_notify_cq)
 	c.Push(&transport.WC{})

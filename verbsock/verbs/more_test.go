@@ -402,8 +402,7 @@ func TestUDPostRecvThenImmediateSend(t *testing.T) {
 	}
 	dropped := e.host.Dev.Counters().Get(transport.RcvdDropped)
 	if dropped > 0 {
-		t.Skipf("KNOWN ISSUE (nic): %d of %d datagrams dropped although their receive was posted first: "+
-			"nic.QP.recvLoop handles a request before draining the RQ source; it must drain q.rq first", dropped, n)
+		t.Fatalf("%d of %d datagrams dropped although their receive was posted first", dropped, n)
 	}
 	if got != n {
 		t.Fatalf("%d of %d datagrams received, none counted dropped", got, n)
