@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/verbsock/server"
+)
+
+// daemon is a vrnicd device (a nictest host on an in-memory link) served
+// on a Unix socket, as the real daemon serves it.
+type daemon struct {
+	host   *nictest.Host
+	socket string
+}
+
+// twoDaemons starts two devices joined by a link, each behind a socket.
+func twoDaemons(t *testing.T) [2]daemon {
+	t.Helper()
+	ha, hb := nictest.Pair(t, 1500)
+	var ds [2]daemon
+	for i, h := range []*nictest.Host{ha, hb} {
+		srv, err := server.New(server.Config{Device: h.Dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("vrnicd%d.sock", i))
+		l, err := server.Listen(path, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+		ds[i] = daemon{host: h, socket: path}
+	}
+	return ds
+}
+
+// result is one tool run.
+type result struct {
+	stdout, stderr string
+	err            error
+}
+
+// runPair runs a server with srvArgs on daemon 0 and a client with
+// cliArgs on daemon 1 (the server's address appended), in-process.
+func runPair(t *testing.T, ds [2]daemon, srvArgs, cliArgs []string) (srv, cli result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	listening := make(chan net.Addr, 1)
+	onListen = func(a net.Addr) { listening <- a }
+	defer func() { onListen = nil }()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var o, e bytes.Buffer
+		args := append([]string{"--socket", ds[0].socket, "-p", "0", "-g", fmt.Sprint(ds[0].host.GIDIndex())}, srvArgs...)
+		err := run(ctx, args, &o, &e)
+		srv = result{o.String(), e.String(), err}
+		if err != nil {
+			cancel()
+		}
+	}()
+	select {
+	case a := <-listening:
+		var o, e bytes.Buffer
+		port := a.(*net.TCPAddr).Port
+		args := append([]string{"--socket", ds[1].socket, "-p", fmt.Sprint(port), "-g", fmt.Sprint(ds[1].host.GIDIndex())}, cliArgs...)
+		err := run(ctx, append(args, "127.0.0.1"), &o, &e)
+		cli = result{o.String(), e.String(), err}
+	case <-ctx.Done():
+	}
+	wg.Wait()
+	return srv, cli
+}
+
+func TestPingpongTwoDaemons(t *testing.T) {
+	ds := twoDaemons(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"rc", []string{"-s", "2500", "-n", "20", "-c"}},
+		{"rc events", []string{"-s", "64", "-n", "50", "-e"}},
+		{"uc", []string{"--mode", "uc", "-s", "4096", "-n", "20", "-c"}},
+		{"ud", []string{"--mode", "ud", "-s", "512", "-n", "20", "-c"}},
+		{"srq", []string{"--mode", "srq", "-q", "4", "-n", "40", "-s", "1000"}},
+		{"rc mtu 512", []string{"-m", "512", "-s", "10000", "-n", "10", "-c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, cli := runPair(t, ds, tc.args, tc.args)
+			for who, r := range map[string]result{"server": srv, "client": cli} {
+				if r.err != nil {
+					t.Fatalf("%s: %v\nstdout:\n%sstderr:\n%s", who, r.err, r.stdout, r.stderr)
+				}
+				t.Logf("%s:\n%s", who, r.stdout)
+			}
+			checkOutput(t, tc.args, srv.stdout, cli.stdout)
+		})
+	}
+}
+
+// checkOutput checks both sides printed rdma-core's lines: each side's
+// local addresses are the other's remote ones, and the summary counts.
+func checkOutput(t *testing.T, args []string, srv, cli string) {
+	t.Helper()
+	cfg, err := parseArgs(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := func(out, prefix string) []string {
+		var l []string
+		for _, s := range strings.Split(out, "\n") {
+			if strings.HasPrefix(s, prefix) {
+				l = append(l, s[len(prefix):])
+			}
+		}
+		return l
+	}
+	sep := ","
+	if cfg.mode.name == "ud" {
+		sep = ":"
+	}
+	norm := func(ls []string) string { return strings.ReplaceAll(strings.Join(ls, "|"), "PSN 0x", "") }
+	for _, p := range [][2]string{{srv, cli}, {cli, srv}} {
+		local := lines(p[0], "  local address:  ")
+		remote := lines(p[1], "  remote address: ")
+		for i := range local {
+			if cfg.mode.name == "ud" {
+				local[i] = strings.Replace(local[i], ": GID", ", GID", 1)
+			}
+		}
+		if len(local) != cfg.numQP || norm(local) != norm(remote) {
+			t.Errorf("local %q, peer's remote %q (sep %q)", local, remote, sep)
+		}
+		bytesLine := fmt.Sprintf("%d bytes in ", cfg.size*cfg.iters*2)
+		itersLine := fmt.Sprintf("%d iters in ", cfg.iters)
+		if !strings.Contains(p[0], "\n"+bytesLine) || !strings.Contains(p[0], "\n"+itersLine) {
+			t.Errorf("no summary %q / %q in\n%s", bytesLine, itersLine, p[0])
+		}
+	}
+}
+
+func TestPingpongErrors(t *testing.T) {
+	ds := twoDaemons(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runOne := func(args ...string) (string, error) {
+		var o, e bytes.Buffer
+		err := run(ctx, append([]string{"--socket", ds[0].socket}, args...), &o, &e)
+		return e.String(), err
+	}
+	if msg, err := runOne("-d", "mlx5_0", "-g", "1", "127.0.0.1"); err == nil || !strings.Contains(msg, "IB device mlx5_0 not found") {
+		t.Errorf("-d mlx5_0: %v %q", err, msg)
+	}
+	if msg, err := runOne("-d", "vrnic0", "127.0.0.1"); err == nil || !strings.Contains(msg, "no GID index: RoCE needs one; pass -g") {
+		t.Errorf("no -g: %v %q", err, msg)
+	}
+	if msg, err := runOne("-g", "77", "127.0.0.1"); err == nil || !strings.Contains(msg, "can't read sgid of index 77") {
+		t.Errorf("-g 77: %v %q", err, msg)
+	}
+	if msg, err := runOne("--mode", "ud", "-g", "1", "-s", "2000", "127.0.0.1"); err == nil || !strings.Contains(msg, "Requested size larger than port MTU (1024)") {
+		t.Errorf("ud -s 2000: %v %q", err, msg)
+	}
+	if msg, err := runOne("-g", "1", "-p", "1", "127.0.0.1"); err == nil || !strings.Contains(msg, "Couldn't connect to 127.0.0.1:1") {
+		t.Errorf("nobody listening: %v %q", err, msg)
+	}
+}
+
+// TestPingpongPeerFails: a path MTU the link cannot carry loses every
+// packet: the client's RC send fails with retry exceeded and the server,
+// whose receive never comes, gives up after the stall timeout rather
+// than waiting forever.
+func TestPingpongPeerFails(t *testing.T) {
+	defer func(d time.Duration) { stallTimeout = d }(stallTimeout)
+	stallTimeout = 2 * time.Second
+	ds := twoDaemons(t)
+	args := []string{"-m", "4096", "-s", "3000", "-n", "2"}
+	start := time.Now()
+	srv, cli := runPair(t, ds, args, args)
+	if cli.err == nil || !strings.Contains(cli.err.Error(), "Failed status transport retry counter exceeded (12) for wr_id 2") {
+		t.Errorf("client: %v", cli.err)
+	}
+	if srv.err == nil || !strings.Contains(srv.err.Error(), "no completion for 2s after 0 sends and 0 receives") {
+		t.Errorf("server: %v", srv.err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("took %v", d)
+	}
+}

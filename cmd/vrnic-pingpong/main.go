@@ -1,0 +1,54 @@
+// Command vrnic-pingpong is the vrnicd counterpart of rdma-core's
+// ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong
+// (--mode rc|uc|ud|srq): the same command line, the same TCP exchange of
+// QP addresses (so either side can be the kernel tool), the same QP
+// attributes and traffic, the same output. It reaches the RDMA device
+// through vrnicd's socket (--socket).
+//
+//	vrnic-pingpong -g 1 -s 2500 -n 2                # server
+//	vrnic-pingpong -g 1 -s 2500 -n 2 192.0.2.11     # client
+//
+// It exits 0 only when every iteration completed (and, with -c, the
+// received data checked out).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: it parses args, runs one pingpong and writes
+// the tool's output to stdout, diagnostics to stderr. The error it returns
+// has already been reported on stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseArgs(args)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		if u := (*errUsage)(nil); errors.As(err, &u) {
+			usage(stdout, cfg.mode)
+		}
+		return err
+	}
+	if cfg.help {
+		usage(stdout, cfg.mode)
+		return nil
+	}
+	if err := pingpong(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
+	return nil
+}
