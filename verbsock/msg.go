@@ -311,6 +311,8 @@ var Specs = map[Op]OpSpec{
 	OpDestroySRQ:  spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpCreateAH:    spec(mk[CreateAHReq](), mk[CreateAHResp](), none, none),
 	OpDestroyAH:   spec(mk[HandleReq](), mk[Empty](), none, none),
+	OpQueryStats:  spec(mk[PageReq](), mk[QueryStatsResp](), none, none),
+	OpListQPs:     spec(mk[PageReq](), mk[ListQPsResp](), none, none),
 }
 
 func init() {

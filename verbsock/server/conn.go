@@ -32,6 +32,9 @@ type conn struct {
 	version uint16      // request loop only
 	ready   atomic.Bool // hello done: events may be sent
 
+	// query_stats and list_qps page through a snapshot (request loop only).
+	statsPages, listPages qpPager
+
 	mu         sync.RWMutex
 	nextHandle uint32
 	pds        map[uint32]*pdObj

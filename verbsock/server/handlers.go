@@ -105,6 +105,12 @@ func (c *conn) dispatch(op verbsock.Op, req any, fds []int) (any, []int, error) 
 		return r, nil, err
 	case verbsock.OpDestroyAH:
 		return &verbsock.Empty{}, nil, c.destroyAH(req.(*verbsock.HandleReq).Handle)
+	case verbsock.OpQueryStats:
+		r, err := c.queryStats(req.(*verbsock.PageReq))
+		return r, nil, err
+	case verbsock.OpListQPs:
+		r, err := c.listQPs(req.(*verbsock.PageReq))
+		return r, nil, err
 	}
 	return nil, nil, errf(syscall.EOPNOTSUPP, "operation %v", op)
 }

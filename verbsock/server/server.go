@@ -61,6 +61,11 @@ type Config struct {
 	WriteTimeout time.Duration
 	// MaxFastRegPages bounds a REG_MR page list (default 4096).
 	MaxFastRegPages int
+	// ExtraCounters, if set, adds counters kept outside the device (the
+	// port's link layer: netstack.Counters.Each) to query_stats' device
+	// counters; one with a transport counter's name (icrc_errors) adds to
+	// it. Names are 1..32 bytes, and at most 64 counters in all.
+	ExtraCounters CounterFunc
 }
 
 // Server serves verbsock connections.
@@ -98,6 +103,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxFastRegPages <= 0 {
 		cfg.MaxFastRegPages = 4096
+	}
+	if err := checkExtraCounters(cfg.ExtraCounters); err != nil {
+		return nil, err
 	}
 	l := cfg.Limits
 	d := DefaultLimits

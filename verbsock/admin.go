@@ -1,0 +1,82 @@
+package verbsock
+
+// Admin operations: what `vrnicctl stat` and `vrnicctl qp` show. Any client
+// may call them; they report the whole device, not only the caller's
+// objects (the socket is 0660, so every client is trusted that far).
+//
+// Both are paginated by QPN so that a device with thousands of QPs fits in
+// frames of MaxMessage bytes: a request names the first QPN of its page
+// (Start, 0 for the first page), a reply the QPN the next page starts at
+// (Next, 0 when there is none). QPNs are at least 0x11, so 0 is free for
+// both meanings. The daemon takes the list of QPs once, at Start 0, and
+// pages through that list; counters and PSNs are read when each page is
+// built. A QP destroyed in between is left out of its page.
+
+// StatNameLen is the size of a counter name (NUL-padded).
+const StatNameLen = 32
+
+// Page sizes of the admin replies (each reply fits one frame).
+const (
+	MaxDeviceStats = 64  // named device counters in a QueryStatsResp
+	MaxQPStats     = 24  // counters per QP record
+	StatsQPsPage   = 27  // QP records in a QueryStatsResp
+	ListQPsPage    = 250 // QP records in a ListQPsResp
+)
+
+// Stat is one named counter.
+type Stat struct {
+	Name  [StatNameLen]byte
+	Value uint64
+}
+
+// QPStat is one QP's counters: Values[i] is the counter named by the
+// reply's Device[i].Name, for i < NumQPValues.
+type QPStat struct {
+	QPN      uint32
+	Reserved uint32
+	Values   [MaxQPStats]uint64
+}
+
+// PageReq asks for the page of QPs from QPN Start on.
+type PageReq struct {
+	Start    uint32
+	Reserved uint32
+}
+
+// QueryStatsResp carries the device counters (the transport's first, then
+// the port's link-layer counters; a name in both is their sum) and the
+// per-QP counters of one page. The per-QP counters are the first
+// NumQPValues device counters, in that order.
+type QueryStatsResp struct {
+	NumDevice   uint16
+	NumQPValues uint16
+	NumQPs      uint16
+	Reserved    uint16
+	Next        uint32
+	Reserved2   uint32
+	Device      [MaxDeviceStats]Stat
+	QPs         [StatsQPsPage]QPStat
+}
+
+// QPEntry is one QP as `vrnicctl qp` shows it. Type and State are
+// ibverbs' numbers; Owner is the pid of the client that made it (0: made
+// inside the daemon).
+type QPEntry struct {
+	QPN         uint32
+	DestQPN     uint32
+	SendPSN     uint32 // next PSN the requester assigns
+	CompPSN     uint32 // oldest PSN not yet acknowledged
+	RecvPSN     uint32 // PSN the responder expects
+	Outstanding uint32 // send WQEs posted and not completed
+	Owner       uint32
+	Type        uint8
+	State       uint8
+	Reserved    uint16
+}
+
+// ListQPsResp is one page of the device's QPs, by QPN.
+type ListQPsResp struct {
+	Count uint32
+	Next  uint32
+	QPs   [ListQPsPage]QPEntry
+}

@@ -1,0 +1,144 @@
+package verbs
+
+import (
+	"syscall"
+
+	"github.com/vrnic/vrnicd/verbsock"
+)
+
+// Counter is one named counter.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// Stats are the device's counters (query_stats): the transport's (names as
+// kernel rxe's where rxe has them: sent_pkts, retransmit_timeouts, ...),
+// then the port's link-layer counters (frames_in, icrc_errors, ...), and
+// every live QP's transport counters.
+type Stats struct {
+	Device []Counter // in the daemon's order
+	QPs    []QPStats // by QPN
+}
+
+// QPStats are one QP's counters.
+type QPStats struct {
+	QPN      uint32
+	Counters []Counter
+}
+
+// Counter returns the device counter called name.
+func (s *Stats) Counter(name string) (uint64, bool) { return find(s.Device, name) }
+
+// Counter returns the QP's counter called name.
+func (q *QPStats) Counter(name string) (uint64, bool) { return find(q.Counters, name) }
+
+func find(cs []Counter, name string) (uint64, bool) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value, true
+		}
+	}
+	return 0, false
+}
+
+// QPInfo is one of the device's QPs as ListQPs reports it.
+type QPInfo struct {
+	QPN         uint32
+	Type        QPType
+	State       QPState
+	DestQPN     uint32
+	SendPSN     uint32 // next PSN the requester assigns
+	CompPSN     uint32 // oldest PSN not yet acknowledged
+	RecvPSN     uint32 // PSN the responder expects
+	Outstanding int    // send WQEs posted and not yet completed
+	Owner       int    // pid of the client that made it; 0: made inside the daemon
+}
+
+// nextPage checks a reply's cursor: pages go up in QPN, so a daemon cannot
+// keep the loop going for ever.
+func nextPage(op verbsock.Op, start, next uint32) (uint32, error) {
+	if next != 0 && (next <= start || next >= 1<<24) {
+		return 0, verr(op, syscall.EPROTO, "page from QPN %#x names QPN %#x next", start, next)
+	}
+	return next, nil
+}
+
+// Stats returns the device's counters and those of every QP on the
+// device, not only this client's.
+func (d *Device) Stats() (Stats, error) {
+	const op = verbsock.OpQueryStats
+	var s Stats
+	var qpNames []string
+	for start := uint32(0); ; {
+		var r verbsock.QueryStatsResp
+		if _, err := d.call(op, &verbsock.PageReq{Start: start}, nil, &r); err != nil {
+			return Stats{}, err
+		}
+		if int(r.NumDevice) > len(r.Device) || int(r.NumQPValues) > int(r.NumDevice) ||
+			int(r.NumQPValues) > verbsock.MaxQPStats || int(r.NumQPs) > len(r.QPs) {
+			return Stats{}, verr(op, syscall.EPROTO, "reply with %d device counters, %d per QP, %d QPs",
+				r.NumDevice, r.NumQPValues, r.NumQPs)
+		}
+		if start == 0 {
+			s.Device = make([]Counter, r.NumDevice)
+			for i := range s.Device {
+				s.Device[i] = Counter{Name: verbsock.CString(r.Device[i].Name[:]), Value: r.Device[i].Value}
+			}
+			qpNames = make([]string, r.NumQPValues)
+			for i := range qpNames {
+				qpNames[i] = s.Device[i].Name
+			}
+		}
+		for _, rec := range r.QPs[:r.NumQPs] {
+			if rec.QPN < start || len(s.QPs) > 0 && rec.QPN <= s.QPs[len(s.QPs)-1].QPN {
+				return Stats{}, verr(op, syscall.EPROTO, "QP %#x out of order in the page from %#x", rec.QPN, start)
+			}
+			q := QPStats{QPN: rec.QPN, Counters: make([]Counter, min(len(qpNames), int(r.NumQPValues)))}
+			for i := range q.Counters {
+				q.Counters[i] = Counter{Name: qpNames[i], Value: rec.Values[i]}
+			}
+			s.QPs = append(s.QPs, q)
+		}
+		next, err := nextPage(op, start, r.Next)
+		if err != nil {
+			return Stats{}, err
+		}
+		if next == 0 {
+			return s, nil
+		}
+		start = next
+	}
+}
+
+// ListQPs lists every QP on the device by QPN, with its state, PSNs,
+// outstanding send WQEs and owner.
+func (d *Device) ListQPs() ([]QPInfo, error) {
+	const op = verbsock.OpListQPs
+	var out []QPInfo
+	for start := uint32(0); ; {
+		var r verbsock.ListQPsResp
+		if _, err := d.call(op, &verbsock.PageReq{Start: start}, nil, &r); err != nil {
+			return nil, err
+		}
+		if int(r.Count) > len(r.QPs) {
+			return nil, verr(op, syscall.EPROTO, "reply with %d QPs", r.Count)
+		}
+		for _, e := range r.QPs[:r.Count] {
+			if e.QPN < start || len(out) > 0 && e.QPN <= out[len(out)-1].QPN {
+				return nil, verr(op, syscall.EPROTO, "QP %#x out of order in the page from %#x", e.QPN, start)
+			}
+			out = append(out, QPInfo{QPN: e.QPN, Type: QPType(e.Type), State: QPState(e.State), DestQPN: e.DestQPN,
+				SendPSN: e.SendPSN, CompPSN: e.CompPSN, RecvPSN: e.RecvPSN, Outstanding: int(e.Outstanding),
+				Owner: int(e.Owner)})
+		}
+		next, err := nextPage(op, start, r.Next)
+		if err != nil {
+			return nil, err
+		}
+		if next == 0 {
+			return out, nil
+		}
+		start = next
+	}
+}
