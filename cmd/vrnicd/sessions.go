@@ -22,9 +22,11 @@ type connServer interface {
 	Clients() int
 }
 
-// newConnServer returns the client protocol's server for dev.
-func newConnServer(dev *nic.Device, log *slog.Logger) (connServer, error) {
-	return server.New(server.Config{Device: dev, Log: log})
+// newConnServer returns the client protocol's server for dev; port adds
+// the port's counters (netstack.Counters.Each) to the device's in
+// query_stats (icrc_errors is counted there).
+func newConnServer(dev *nic.Device, port server.CounterFunc, log *slog.Logger) (connServer, error) {
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: port})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close
