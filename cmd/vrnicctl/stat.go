@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/vrnic/vrnicd/verbsock/verbs"
+)
+
+func init() {
+	register(&command{
+		Name:    "stat",
+		Args:    "[--json] [--socket PATH]",
+		Summary: "print the device's counters (transport and port) and every QP's",
+		NArgs:   0,
+		Setup: func(fs *flag.FlagSet) runFunc {
+			asJSON := fs.Bool("json", false, `print one JSON object: {"device": {NAME: N, ...}, "qps": [{"qpn": N, NAME: N, ...}]}`)
+			sock := socketFlag(fs)
+			return func(_ []string, stdout, _ io.Writer) error {
+				d, err := openDevice(*sock)
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				st, err := d.Stats()
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return statJSON(st, stdout)
+				}
+				return statText(d.Name(), st, stdout)
+			}
+		},
+	})
+}
+
+// statText prints the device counters one a line, then one line per QP in
+// the form of `rdma statistic show`: name value pairs.
+func statText(name string, st verbs.Stats, w io.Writer) error {
+	b := bufio.NewWriter(w)
+	fmt.Fprintf(b, "device %s\n", name)
+	for _, c := range st.Device {
+		fmt.Fprintf(b, "    %-30s %d\n", c.Name, c.Value)
+	}
+	for _, q := range st.QPs {
+		fmt.Fprintf(b, "qp 0x%06x", q.QPN)
+		for _, c := range q.Counters {
+			fmt.Fprintf(b, " %s %d", c.Name, c.Value)
+		}
+		b.WriteByte('\n')
+	}
+	return b.Flush()
+}
+
+// statJSON writes one object; keys keep the daemon's order (encoding/json
+// would sort a map's).
+func statJSON(st verbs.Stats, w io.Writer) error {
+	b := bufio.NewWriter(w)
+	b.WriteString(`{"device":`)
+	writeCounters(b, st.Device, "")
+	b.WriteString(`,"qps":[`)
+	for i, q := range st.QPs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeCounters(b, q.Counters, fmt.Sprintf(`"qpn":%d`, q.QPN))
+	}
+	b.WriteString("]}\n")
+	return b.Flush()
+}
+
+func writeCounters(b *bufio.Writer, cs []verbs.Counter, first string) {
+	b.WriteByte('{')
+	b.WriteString(first)
+	for i, c := range cs {
+		if i > 0 || first != "" {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(c.Name)
+		b.Write(k)
+		fmt.Fprintf(b, ":%d", c.Value)
+	}
+	b.WriteByte('}')
+}
