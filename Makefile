@@ -3,12 +3,21 @@ GO        ?= go
 FUZZTIME  ?= 3s
 PKGS      := ./...
 
-.PHONY: all build test check vet fmt unit long fuzz bench clean interop
+.PHONY: all demo binaries build test check vet fmt unit long fuzz bench clean interop
 
 all: build
 
 build:
 	$(GO) build $(PKGS)
+
+# binaries: the daemon and the tools, in ./bin.
+binaries:
+	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong $(wildcard ./cmd/vrnic-perf)
+
+# demo: two daemons in two network namespaces, an RC ping-pong and an RDMA
+# WRITE bandwidth run between them (root).
+demo: binaries
+	./scripts/demo.sh
 
 # test: formatting, vet, then every test under the race detector. Tests that
 # need root (network namespaces, TAP) skip with a message when not root.
