@@ -93,8 +93,8 @@ func checkRoCE(t *testing.T, c *capture, clientQPN, clientPSN uint32, clientGID 
 // address at or above its advertised VADDR.
 func checkRoCEPairs(t *testing.T, c *capture, client, server []qpAddr) {
 	t.Helper()
-	if gid4(c.client) != client[0].GID || gid4(c.server) != server[0].GID {
-		t.Errorf("%s: TCP between %v and %v, GIDs advertised %v / %v", c.name, c.client, c.server,
+	if gid4(c.Client) != client[0].GID || gid4(c.Server) != server[0].GID {
+		t.Errorf("%s: TCP between %v and %v, GIDs advertised %v / %v", c.Name, c.Client, c.Server,
 			netip.AddrFrom16(client[0].GID), netip.AddrFrom16(server[0].GID))
 	}
 	type key struct {
@@ -103,43 +103,43 @@ func checkRoCEPairs(t *testing.T, c *capture, client, server []qpAddr) {
 	}
 	firstReq := map[key]bool{}
 	var n int
-	for _, r := range c.roce {
+	for _, r := range c.RoCE {
 		mine, peer := client, server
-		if r.src == c.server {
+		if r.Src == c.Server {
 			mine, peer = server, client
-		} else if r.src != c.client {
-			t.Errorf("%s frame %d: RoCE from %v, neither side", c.name, r.frame, r.src)
+		} else if r.Src != c.Client {
+			t.Errorf("%s frame %d: RoCE from %v, neither side", c.Name, r.Frame, r.Src)
 			continue
 		}
 		n++
-		dqp := r.pkt.BTH.DestQP()
+		dqp := r.Pkt.BTH.DestQP()
 		i := slices.IndexFunc(peer, func(a qpAddr) bool { return a.QPN == dqp })
 		if i < 0 {
-			t.Errorf("%s frame %d: dest QP %#x, not one the peer advertised", c.name, r.frame, dqp)
+			t.Errorf("%s frame %d: dest QP %#x, not one the peer advertised", c.Name, r.Frame, dqp)
 			continue
 		}
-		if isRequest(r.pkt.BTH.Opcode()) && !firstReq[key{r.src, dqp}] {
-			firstReq[key{r.src, dqp}] = true
-			if got := r.pkt.BTH.PSN(); got != mine[i].PSN {
-				t.Errorf("%s frame %d: first request PSN %#x, want the advertised %#x", c.name, r.frame, got, mine[i].PSN)
+		if isRequest(r.Pkt.BTH.Opcode()) && !firstReq[key{r.Src, dqp}] {
+			firstReq[key{r.Src, dqp}] = true
+			if got := r.Pkt.BTH.PSN(); got != mine[i].PSN {
+				t.Errorf("%s frame %d: first request PSN %#x, want the advertised %#x", c.Name, r.Frame, got, mine[i].PSN)
 			}
 		}
 		var k uint32
 		var va uint64
 		switch {
-		case r.pkt.RETH != nil:
-			k, va = r.pkt.RETH.RKey(), r.pkt.RETH.VA()
-		case r.pkt.AtomicETH != nil:
-			k, va = r.pkt.AtomicETH.RKey(), r.pkt.AtomicETH.VA()
+		case r.Pkt.RETH != nil:
+			k, va = r.Pkt.RETH.RKey(), r.Pkt.RETH.VA()
+		case r.Pkt.AtomicETH != nil:
+			k, va = r.Pkt.AtomicETH.RKey(), r.Pkt.AtomicETH.VA()
 		default:
 			continue
 		}
 		if k != peer[i].RKey || va < peer[i].VAddr || va >= peer[i].VAddr+1<<24 {
-			t.Errorf("%s frame %d: rkey %#x va %#x, want the peer's advertised rkey %#x at or above %#x", c.name, r.frame, k, va, peer[i].RKey, peer[i].VAddr)
+			t.Errorf("%s frame %d: rkey %#x va %#x, want the peer's advertised rkey %#x at or above %#x", c.Name, r.Frame, k, va, peer[i].RKey, peer[i].VAddr)
 		}
 	}
 	if n == 0 {
-		t.Errorf("%s: no RoCE packets", c.name)
+		t.Errorf("%s: no RoCE packets", c.Name)
 	}
 }
 
@@ -157,11 +157,11 @@ func TestGoldenPingpong(t *testing.T) {
 	for _, tc := range pingpongCases {
 		t.Run(tc.file, func(t *testing.T) {
 			c := readCapture(t, tc.file)
-			if len(c.chunks) != 3 || !c.chunks[0].fromClient || c.chunks[1].fromClient || !c.chunks[2].fromClient {
-				t.Fatalf("want client, server, client; got %v", c.chunks)
+			if len(c.Chunks) != 3 || !c.Chunks[0].FromClient || c.Chunks[1].FromClient || !c.Chunks[2].FromClient {
+				t.Fatalf("want client, server, client; got %v", c.Chunks)
 			}
-			cm := messages(t, "client stream", c.toServer, PingpongMsgSize, len(doneMsg))
-			sm := messages(t, "server stream", c.toClient, PingpongMsgSize)
+			cm := messages(t, "client stream", c.ToServer, PingpongMsgSize, len(doneMsg))
+			sm := messages(t, "server stream", c.ToClient, PingpongMsgSize)
 			for _, m := range []struct {
 				who  string
 				msg  []byte
@@ -211,8 +211,8 @@ func TestGoldenPerftest(t *testing.T) {
 	for _, tc := range perftestCases {
 		t.Run(tc.file, func(t *testing.T) {
 			c := readCapture(t, tc.file)
-			cl := decodePerftestSide(t, "client", c.toServer, tc.script)
-			sv := decodePerftestSide(t, "server", c.toClient, tc.script)
+			cl := decodePerftestSide(t, "client", c.ToServer, tc.script)
+			sv := decodePerftestSide(t, "server", c.ToClient, tc.script)
 			if len(cl.dests) != 1 || cl.dests[0] != tc.client || len(sv.dests) != 1 || sv.dests[0] != tc.server {
 				t.Errorf("decoded client %+v server %+v, want %+v %+v", cl.dests, sv.dests, tc.client, tc.server)
 			}
@@ -467,18 +467,18 @@ func replay(t *testing.T, c *capture, fakeServer bool, drive func(ctx context.Co
 	fake := func(nc net.Conn) error {
 		defer nc.Close()
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
-		for _, ch := range c.chunks {
-			if ch.fromClient != fakeServer {
-				if _, err := nc.Write(ch.data); err != nil {
+		for _, ch := range c.Chunks {
+			if ch.FromClient != fakeServer {
+				if _, err := nc.Write(ch.Data); err != nil {
 					return err
 				}
 				continue
 			}
-			got := make([]byte, len(ch.data))
+			got := make([]byte, len(ch.Data))
 			if n, err := io.ReadFull(nc, got); err != nil {
 				return &ProtocolError{Op: "replay: reading " + ch.String(), Msg: got[:n], Why: err.Error()}
 			}
-			if !bytes.Equal(got, ch.data) {
+			if !bytes.Equal(got, ch.Data) {
 				return &ProtocolError{Op: "replay: " + ch.String(), Msg: got, Why: "sent different bytes"}
 			}
 		}
@@ -517,10 +517,10 @@ func replay(t *testing.T, c *capture, fakeServer bool, drive func(ctx context.Co
 	}
 	role := map[bool]string{true: "our client", false: "our server"}[fakeServer]
 	if err := drive(ctx, conn); err != nil {
-		t.Errorf("%s: %s: %v", c.name, role, err)
+		t.Errorf("%s: %s: %v", c.Name, role, err)
 	}
 	conn.Close()
 	if err := <-fakeErr; err != nil && !errors.Is(err, net.ErrClosed) {
-		t.Errorf("%s: %s against the capture: %v", c.name, role, err)
+		t.Errorf("%s: %s against the capture: %v", c.Name, role, err)
 	}
 }

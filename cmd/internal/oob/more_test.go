@@ -144,15 +144,15 @@ func TestSRQPingpongCapture(t *testing.T) {
 	if len(local) != 2 || len(remote) != 2 || fmt.Sprint(local, remote) != fmt.Sprint(sremote, slocal) {
 		t.Fatalf("printed: client %v %v, server %v %v", local, remote, slocal, sremote)
 	}
-	if len(c.chunks) != 3 || !c.chunks[0].fromClient || c.chunks[1].fromClient || !c.chunks[2].fromClient {
-		t.Fatalf("want client, server, client; got %d chunks", len(c.chunks))
+	if len(c.Chunks) != 3 || !c.Chunks[0].FromClient || c.Chunks[1].FromClient || !c.Chunks[2].FromClient {
+		t.Fatalf("want client, server, client; got %d chunks", len(c.Chunks))
 	}
 	sizes := make([]int, SRQPingpongSlots)
 	for i := range sizes {
 		sizes[i] = PingpongMsgSize
 	}
-	cm := messages(t, "client stream", c.toServer, append(sizes, len(doneMsg))...)
-	sm := messages(t, "server stream", c.toClient, sizes...)
+	cm := messages(t, "client stream", c.ToServer, append(sizes, len(doneMsg))...)
+	sm := messages(t, "server stream", c.ToClient, sizes...)
 	if !bytes.Equal(cm[SRQPingpongSlots], doneMsg) {
 		t.Errorf("client's last message %s", quote(cm[SRQPingpongSlots]))
 	}
@@ -215,8 +215,8 @@ func TestMorePerftestCaptures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := readCaptureFile(t, filepath.Join("testdata", tc.name+".pcap"))
-			cl := decodePerftestSide(t, "client", c.toServer, tc.script)
-			sv := decodePerftestSide(t, "server", c.toClient, tc.script)
+			cl := decodePerftestSide(t, "client", c.ToServer, tc.script)
+			sv := decodePerftestSide(t, "server", c.ToClient, tc.script)
 			for _, side := range []struct {
 				who        string
 				mine, peer []PerftestDest

@@ -1,0 +1,57 @@
+// Command vrnic-perf is the vrnicd counterpart of perftest's bandwidth and
+// latency tests:
+//
+//	vrnic-perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat|atomic_lat [options] [server]
+//
+// with perftest's options (-s, -n, -D, -a, -x, -m, -q, -t, -A, --report_gbits,
+// ...), its TCP exchange (so either side can be the real ib_write_bw and
+// friends, perftest 4.5 / protocol 6.06) and its report, character for
+// character. It reaches the RDMA device through vrnicd's socket
+// (--socket). Long runs print a progress line on stderr every 2 seconds.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/vrnic/vrnicd/cmd/internal/oob"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: parse, run one test, report on stdout;
+// diagnostics on stderr. The returned error has been printed there.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	p, err := parseArgs(args)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		if u := (*usageError)(nil); errors.As(err, &u) {
+			usage(stdout)
+		}
+		return err
+	}
+	switch {
+	case p.help:
+		usage(stdout)
+		return nil
+	case p.version:
+		fmt.Fprintf(stdout, "Version: %s\n", oob.PerftestVersion)
+		return nil
+	}
+	if err := perf(ctx, p, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
+	return nil
+}
