@@ -821,7 +821,6 @@ func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 	w := newIdler(ctx, func() string { return fmt.Sprintf("%d of %d WRs completed", totC, tot) })
 	wc := make([]verbs.WC, 16)
 	s.progress.start("iterations", tot)
-	defer s.progress.stop()
 	cqMod := uint64(p.cqMod)
 	for totS < tot || totC < tot || (p.isDuration && !clock.ended()) {
 		if p.isDuration {
@@ -887,7 +886,7 @@ func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 				run.iters += cqMod
 			}
 		}
-		s.progress.update(min(totC, tot))
+		s.progress.update(totC, tot)
 	}
 	if !p.isDuration && p.noPeak {
 		run.tcompleted[0] = ns()
@@ -964,7 +963,6 @@ func (s *session) runBWServer(ctx context.Context, posted []uint64) (*bwRun, err
 	w := newIdler(ctx, func() string { return fmt.Sprintf("%d of %d messages received", tr, tot) })
 	wc := make([]verbs.WC, 16)
 	s.progress.start("messages", tot)
-	defer s.progress.stop()
 	for tr < tot || (p.isDuration && !clock.ended()) {
 		if p.isDuration && !first {
 			clock.tick(time.Now())
@@ -1013,7 +1011,7 @@ func (s *session) runBWServer(ctx context.Context, posted []uint64) (*bwRun, err
 				posted[qi]++
 			}
 		}
-		s.progress.update(min(tr, tot))
+		s.progress.update(tr, tot)
 	}
 	if p.isDuration {
 		run.tposted[0], run.tcompleted[0] = int64(clock.t0.Sub(base)), int64(clock.t1.Sub(base))
@@ -1277,7 +1275,7 @@ type progress struct {
 	last  time.Time
 }
 
-const progressEvery = 2 * time.Second
+var progressEvery = 2 * time.Second
 
 func newProgress(w io.Writer, p *params) *progress { return &progress{w: w, quiet: p.quiet} }
 
@@ -1285,9 +1283,15 @@ func (g *progress) start(what string, total uint64) {
 	g.what, g.total, g.begin, g.last = what, total, time.Now(), time.Now()
 }
 
-func (g *progress) update(done uint64) {
+// stop ends a run's progress lines.
+
+// update reports done of the total (0 in a duration run: no total).
+func (g *progress) update(done, total uint64) {
 	if g.quiet || time.Since(g.last) < progressEvery {
 		return
+	}
+	if total > 0 {
+		done = min(done, total)
 	}
 	g.last = time.Now()
 	if g.total == 0 {
@@ -1298,7 +1302,6 @@ func (g *progress) update(done uint64) {
 		100*float64(done)/float64(g.total), time.Since(g.begin).Seconds())
 }
 
-func (g *progress) stop() {}
 
 // epoch is the origin of a run's timestamps, a second back so that none is
 // zero (perftest's cycle counts never are; a zero completion time stands
