@@ -52,23 +52,32 @@ func checkExtraCounters(f CounterFunc) error {
 }
 
 // qpPager pages through one snapshot of the device's QP list (request
-// loop only).
-type qpPager struct{ snap []nic.QPInfo }
+// loop only). It keeps 8 bytes a QP: what is read later comes from the QP.
+type qpPager struct{ snap []qpRef }
+
+type qpRef struct {
+	qpn   uint32
+	owner int32
+}
 
 // page returns the QPs from QPN start on, at most n, and the QPN the next
 // page starts at (0: this is the last). Start 0 takes a new snapshot.
-func (p *qpPager) page(ad AdminDevice, start uint32, n int) ([]nic.QPInfo, uint32) {
+func (p *qpPager) page(ad AdminDevice, start uint32, n int) ([]qpRef, uint32) {
 	if start == 0 || p.snap == nil {
-		p.snap = ad.QPs()
+		qs := ad.QPs()
+		p.snap = make([]qpRef, len(qs))
+		for i, q := range qs {
+			p.snap[i] = qpRef{qpn: q.QPN, owner: int32(q.Owner)}
+		}
 	}
-	i := sort.Search(len(p.snap), func(i int) bool { return p.snap[i].QPN >= start })
+	i := sort.Search(len(p.snap), func(i int) bool { return p.snap[i].qpn >= start })
 	j := min(i+n, len(p.snap))
 	page := p.snap[i:j]
 	if j == len(p.snap) {
 		p.snap = nil // done: free it
 		return page, 0
 	}
-	return page, p.snap[j].QPN
+	return page, p.snap[j].qpn
 }
 
 func (c *conn) adminDevice(op verbsock.Op) (AdminDevice, error) {
@@ -119,14 +128,14 @@ func (c *conn) queryStats(r *verbsock.PageReq) (any, error) {
 	resp.NumDevice, resp.NumQPValues = uint16(nd), uint16(nq)
 	page, next := c.statsPages.page(ad, r.Start, verbsock.StatsQPsPage)
 	k := 0
-	for _, info := range page {
-		q, ok := ad.QP(info.QPN)
+	for _, ref := range page {
+		q, ok := ad.QP(ref.qpn)
 		if !ok {
 			continue // destroyed since the snapshot
 		}
 		qc := q.Counters()
 		rec := &resp.QPs[k]
-		rec.QPN = info.QPN
+		rec.QPN = ref.qpn
 		for i := range nq {
 			rec.Values[i] = qc.Get(transport.Counter(i))
 		}
@@ -144,14 +153,14 @@ func (c *conn) listQPs(r *verbsock.PageReq) (any, error) {
 	resp := &verbsock.ListQPsResp{}
 	page, next := c.listPages.page(ad, r.Start, verbsock.ListQPsPage)
 	k := 0
-	for _, info := range page {
-		q, ok := ad.QP(info.QPN)
+	for _, ref := range page {
+		q, ok := ad.QP(ref.qpn)
 		if !ok {
 			continue
 		}
 		in := q.Info() // now, not at the snapshot
 		resp.QPs[k] = verbsock.QPEntry{QPN: in.QPN, DestQPN: in.DestQPN, SendPSN: in.SendPSN, CompPSN: in.CompPSN,
-			RecvPSN: in.RecvPSN, Outstanding: uint32(max(in.Outstanding, 0)), Owner: uint32(max(info.Owner, 0)),
+			RecvPSN: in.RecvPSN, Outstanding: uint32(max(in.Outstanding, 0)), Owner: uint32(max(ref.owner, 0)),
 			Type: uint8(in.Type), State: uint8(in.State)}
 		k++
 	}
