@@ -20,6 +20,9 @@ func TestEventsAndProgress(t *testing.T) {
 		{"write_lat", "-D 2 -s 8"},
 	} {
 		t.Run(tc.test+" "+tc.args, func(t *testing.T) {
+			if raceEnabled && strings.Contains(tc.args, "-a") {
+				t.Skip("8 MiB ping-pongs: 30 s under the race detector (runs without it)")
+			}
 			srv, cli := runPair(t, ds, tc.test, append([]string{"-x", "1", "--quiet"}, strings.Fields(tc.args)...)...)
 			for who, r := range map[string]result{"server": srv, "client": cli} {
 				if r.err != nil {
@@ -37,7 +40,7 @@ func TestEventsAndProgress(t *testing.T) {
 	// A long run prints progress on stderr (and nothing more on stdout).
 	defer func(d time.Duration) { progressEvery = d }(progressEvery)
 	progressEvery = 10 * time.Millisecond
-	srv, cli := runPair(t, ds, "write_bw", "-x", "1", "-s", "65536", "-n", "3000")
+	srv, cli := runPair(t, ds, "write_bw", "-x", "1", "-s", "4096", "-n", "3000")
 	if srv.err != nil || cli.err != nil {
 		t.Fatalf("%v %v", srv.err, cli.err)
 	}

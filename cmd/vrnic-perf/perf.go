@@ -1029,24 +1029,6 @@ type latRun struct {
 	iters   uint64
 }
 
-// pollOne waits for one completion on cq.
-func (s *session) pollOne(cq *verbs.CQ, w *idler) (verbs.WC, error) {
-	var wc [1]verbs.WC
-	for cq.Poll(wc[:]) == 0 {
-		var err error
-		if s.p.events {
-			err = w.wait(cq)
-		} else {
-			err = w.idle()
-		}
-		if err != nil {
-			return verbs.WC{}, err
-		}
-	}
-	w.moved()
-	return wc[0], nil
-}
-
 // loadByte reads a byte of the shared buffer that the device writes, with
 // an atomic load so the poll loop sees each new value (b is page aligned,
 // so its 4-byte words are; amd64 and arm64 are little-endian).
@@ -1101,9 +1083,14 @@ func (s *session) runLatWrite(ctx context.Context) (latRun, error) {
 			break
 		}
 		if ccnt < p.iters || p.isDuration {
-			c, err := s.pollOne(s.scq, w)
+			// A duration run stops at its end even with a write unacked:
+			// the peer may have ended first and gone.
+			c, err := s.pollOneUntil(s.scq, w, clock)
 			if err != nil {
 				return r, err
+			}
+			if clock.ended() {
+				break
 			}
 			if c.Status != verbs.WCSuccess {
 				return r, compError("client", c, scnt, ccnt)
@@ -1152,9 +1139,12 @@ func (s *session) runLat(ctx context.Context) (latRun, error) {
 		if clock.ended() {
 			break
 		}
-		c, err := s.pollOne(s.scq, w)
+		c, err := s.pollOneUntil(s.scq, w, clock)
 		if err != nil {
 			return r, err
+		}
+		if clock.ended() {
+			break
 		}
 		if c.Status != verbs.WCSuccess {
 			return r, compError("client", c, scnt, scnt)
@@ -1229,9 +1219,12 @@ func (s *session) runLatSend(ctx context.Context) (latRun, error) {
 				return r, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
 			if signal {
-				c, err := s.pollOne(s.scq, w)
+				c, err := s.pollOneUntil(s.scq, w, clock)
 				if err != nil {
 					return r, err
+				}
+				if clock.ended() {
+					break
 				}
 				if c.Status != verbs.WCSuccess {
 					return r, compError("client", c, scnt, scnt)
@@ -1242,7 +1235,8 @@ func (s *session) runLatSend(ctx context.Context) (latRun, error) {
 	return s.latDone(r, clock), nil
 }
 
-// pollOneUntil waits for a completion, or for the duration clock to end.
+// pollOneUntil waits for one completion on cq, or for the duration
+// clock to end (then it returns a zero WC).
 func (s *session) pollOneUntil(cq *verbs.CQ, w *idler, clock *durClock) (verbs.WC, error) {
 	var wc [1]verbs.WC
 	for cq.Poll(wc[:]) == 0 {
@@ -1283,8 +1277,6 @@ func (g *progress) start(what string, total uint64) {
 	g.what, g.total, g.begin, g.last = what, total, time.Now(), time.Now()
 }
 
-// stop ends a run's progress lines.
-
 // update reports done of the total (0 in a duration run: no total).
 func (g *progress) update(done, total uint64) {
 	if g.quiet || time.Since(g.last) < progressEvery {
@@ -1301,7 +1293,6 @@ func (g *progress) update(done, total uint64) {
 	fmt.Fprintf(g.w, "vrnic-perf: %d of %d %s (%.0f%%) after %.0f s\n", done, g.total, g.what,
 		100*float64(done)/float64(g.total), time.Since(g.begin).Seconds())
 }
-
 
 // epoch is the origin of a run's timestamps, a second back so that none is
 // zero (perftest's cycle counts never are; a zero completion time stands
