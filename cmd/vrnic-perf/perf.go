@@ -44,6 +44,10 @@ type session struct {
 // when that run ends.
 const runWait = 24 * time.Hour
 
+// durationLinger is how long a duration ping-pong keeps its QP after
+// its own end.
+var durationLinger = time.Second
+
 // stallTimeout bounds the wait for any progress (a completion, a remote
 // write arriving) while a test runs; perftest would wait forever.
 var stallTimeout = 60 * time.Second
@@ -628,6 +632,16 @@ func (s *session) latMain(ctx context.Context) error {
 			printLatDurReport(s.out, p.size, r.iters, lat, tps)
 		} else {
 			printLatReport(s.out, latReport(p, r.tposted))
+		}
+	}
+	if p.isDuration && (p.test.verb == verbWrite || p.test.verb == verbSend) {
+		// The peer's clock ends on its own: its last message may still
+		// be coming. Keep the QP a moment so the device acknowledges it —
+		// kernel rxe retransmits to a QP that is gone without ever
+		// counting the retries out, and perftest spins on that completion.
+		select {
+		case <-time.After(durationLinger):
+		case <-ctx.Done():
 		}
 	}
 	switch p.test.verb {
