@@ -105,18 +105,21 @@ func quote(b []byte) string {
 	return s
 }
 
-// io runs f with the connection's deadline set from ctx and wait, and
+// do runs f with the connection's deadline set from ctx and wait, and
 // turns context cancellation into an interrupted read or write.
-func (c *Conn) do(ctx context.Context, wait time.Duration, f func() (int, error)) (int, error) {
+// It returns the bound that applied.
+func (c *Conn) do(ctx context.Context, wait time.Duration, f func() (int, error)) (int, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	dl := time.Now().Add(wait)
+	now := time.Now()
+	dl := now.Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
+		wait = d.Sub(now).Round(time.Millisecond)
 	}
 	if err := c.nc.SetDeadline(dl); err != nil {
-		return 0, err
+		return 0, wait, err
 	}
 	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
 	n, err := f()
@@ -129,13 +132,12 @@ func (c *Conn) do(ctx context.Context, wait time.Duration, f func() (int, error)
 			err = context.DeadlineExceeded
 		}
 	}
-	return n, err
+	return n, wait, err
 }
 
 // write sends b in one write.
 func (c *Conn) write(ctx context.Context, b []byte, op string) error {
-	wait := c.timeout()
-	n, err := c.do(ctx, wait, func() (int, error) { return c.nc.Write(b) })
+	n, wait, err := c.do(ctx, c.timeout(), func() (int, error) { return c.nc.Write(b) })
 	if err != nil {
 		return &Error{Op: op, Size: len(b), Done: n, Wait: wait, Err: err}
 	}
@@ -147,7 +149,7 @@ func (c *Conn) read(ctx context.Context, b []byte, op string, wait time.Duration
 	if wait <= 0 {
 		wait = c.timeout()
 	}
-	n, err := c.do(ctx, wait, func() (int, error) { return io.ReadFull(c.nc, b) })
+	n, wait, err := c.do(ctx, wait, func() (int, error) { return io.ReadFull(c.nc, b) })
 	if err != nil {
 		return &Error{Op: op, Size: len(b), Done: n, Wait: wait, Err: err}
 	}
