@@ -1,0 +1,602 @@
+package interop_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/interop/rxepeer"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// capFrame is the transport header of one RoCEv2 frame seen on a daemon's
+// TAP: enough to tell who sent which PSN when, and what the ACKs said.
+type capFrame struct {
+	at       time.Duration // since the capture started
+	toVrnicd bool          // from the bridge into the daemon (else from it)
+	v6       bool
+	op       wire.Opcode
+	qp, psn  uint32
+	ackReq   bool
+	hasAETH  bool
+	syndrome uint8
+	msn      uint32
+	payload  int // UDP payload bytes after BTH (headers and ICRC included)
+	readLen  int // RDMA READ request: the RETH's DMA length
+}
+
+func (f capFrame) String() string {
+	dir := "vrnicd -> peer"
+	if f.toVrnicd {
+		dir = "peer -> vrnicd"
+	}
+	s := fmt.Sprintf("%10.3f ms  %s  %-28v qp %#06x psn %#06x", float64(f.at.Microseconds())/1000, dir, f.op, f.qp, f.psn)
+	if f.ackReq {
+		s += " A"
+	}
+	if f.hasAETH {
+		s += fmt.Sprintf(" aeth %s msn %d", syndromeString(f.syndrome), f.msn)
+	}
+	return s + fmt.Sprintf(" len %d", f.payload)
+}
+
+// syndromeString names an AETH syndrome (IBA 9.7.5.2.1: 0TTVVVVV).
+func syndromeString(s uint8) string {
+	switch s >> 5 {
+	case 0:
+		return fmt.Sprintf("ACK(credits %d)", s&0x1f)
+	case 1:
+		return fmt.Sprintf("RNR-NAK(%d)", s&0x1f)
+	case 3:
+		switch s & 0x1f {
+		case 0:
+			return "NAK(PSN-seq)"
+		case 1:
+			return "NAK(inv-req)"
+		case 2:
+			return "NAK(rem-acc)"
+		case 3:
+			return "NAK(rem-op)"
+		}
+		return fmt.Sprintf("NAK(%#x)", s&0x1f)
+	}
+	return fmt.Sprintf("syndrome %#x", s)
+}
+
+// tapCapture records the RoCEv2 headers of every frame on one device,
+// with the kernel's timestamps (SO_TIMESTAMPNS: when the device sent or
+// received the frame, not when this goroutine got round to reading it),
+// for the timeout analysis of a case. Only 128 bytes of a frame are read,
+// so a whole run fits in memory. drops counts frames the socket's buffer
+// had no room for (PACKET_STATISTICS): a capture with drops proves
+// nothing.
+type tapCapture struct {
+	dev    string
+	fd     int
+	start  time.Time
+	mu     sync.Mutex
+	frames []capFrame
+	drops  uint64
+	// intoDaemon: the device is a daemon's TAP, where what the host sends
+	// ("outgoing") goes into the daemon. On a guest's TAP it goes into the
+	// guest, i.e. it came from a daemon.
+	intoDaemon bool
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+// Captures given the same epoch share a time base: their frames' times
+// compare.
+func startCapture(t testing.TB, n *rxepeer.Netns, dev string, intoDaemon bool, epoch time.Time) *tapCapture {
+	t.Helper()
+	c := &tapCapture{dev: dev, fd: -1, intoDaemon: intoDaemon, start: epoch, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := n.Do(func() error {
+		ifi, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		proto := int(uint16(unix.ETH_P_ALL)<<8 | uint16(unix.ETH_P_ALL)>>8)
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			return err
+		}
+		c.fd = fd
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 16<<20)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+			return fmt.Errorf("SO_TIMESTAMPNS: %w", err)
+		}
+		tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: uint16(proto), Ifindex: ifi.Index})
+	}); err != nil {
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+		}
+		t.Fatalf("capture on %s: %v", dev, err)
+	}
+	go c.run()
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *tapCapture) run() {
+	defer close(c.done)
+	buf := make([]byte, 128)
+	oob := make([]byte, 128)
+	base := c.start.UnixNano()
+	for {
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+		n, oobn, _, from, err := unix.Recvmsg(c.fd, buf, oob, 0)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		at := time.Since(c.start)
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= 16 {
+					sec := int64(binary.NativeEndian.Uint64(m.Data[0:]))
+					nsec := int64(binary.NativeEndian.Uint64(m.Data[8:]))
+					at = time.Duration(sec*1e9 + nsec - base)
+				}
+			}
+		}
+		ll, _ := from.(*unix.SockaddrLinklayer)
+		outgoing := ll != nil && ll.Pkttype == unix.PACKET_OUTGOING
+		if f, ok := decodeFrame(buf[:n]); ok {
+			f.at, f.toVrnicd = at, outgoing == c.intoDaemon
+			c.mu.Lock()
+			c.frames = append(c.frames, f)
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *tapCapture) close() {
+	select {
+	case <-c.stop:
+		return
+	default:
+	}
+	close(c.stop)
+	<-c.done
+	unix.Close(c.fd)
+}
+
+// dropped returns the frames the socket dropped so far.
+func (c *tapCapture) dropped() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, err := unix.GetsockoptTpacketStats(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+		c.drops += uint64(st.Drops) // the kernel resets them on every read
+	}
+	return c.drops
+}
+
+// mark returns the number of frames so far, to slice a case's frames out.
+func (c *tapCapture) mark() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.frames)
+}
+
+func (c *tapCapture) since(i int) []capFrame {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]capFrame(nil), c.frames[i:]...)
+}
+
+// decodeFrame reads Ethernet, IPv4/IPv6, UDP 4791 and the BTH (and AETH).
+func decodeFrame(f []byte) (capFrame, bool) {
+	var r capFrame
+	if !rxepeer.IsRoCEv2(f) {
+		return r, false
+	}
+	ip := f[14:]
+	var udp []byte
+	if binary.BigEndian.Uint16(f[12:]) == 0x0800 {
+		udp = ip[int(ip[0]&0x0f)*4:]
+	} else {
+		r.v6 = true
+		udp = ip[40:]
+	}
+	if len(udp) < 8+wire.BTHLen {
+		return r, false
+	}
+	r.payload = int(binary.BigEndian.Uint16(udp[4:])) - 8 - wire.BTHLen
+	bth := wire.BTH(udp[8 : 8+wire.BTHLen])
+	r.op, r.qp, r.psn, r.ackReq = bth.Opcode(), bth.DestQP(), bth.PSN(), bth.AckReq()
+	if info := r.op.Info(); info != nil && info.HasHeader(wire.HdrRETH) && r.op == wire.RCRDMAReadRequest {
+		if off := 8 + info.Offset[wire.HdrRETH]; len(udp) >= off+16 {
+			r.readLen = int(binary.BigEndian.Uint32(udp[off+12:]))
+		}
+	}
+	if info := r.op.Info(); info != nil && info.HasHeader(wire.HdrAETH) {
+		off := 8 + info.Offset[wire.HdrAETH]
+		if len(udp) >= off+4 {
+			r.hasAETH = true
+			r.syndrome = udp[off]
+			r.msn = uint32(udp[off+1])<<16 | uint32(udp[off+2])<<8 | uint32(udp[off+3])
+		}
+	}
+	return r, true
+}
+
+// retryReport is analyzeRetransmits' verdict on one case's capture.
+type retryReport struct {
+	timeouts  int      // retry episodes that only a retransmit timeout explains
+	spurious  []string // timeouts (or retries) the capture does not justify
+	latencies []time.Duration
+	text      string
+}
+
+// analyzeRetransmits replays vrnicd's RC requesters from a capture on its
+// TAP and accounts for every retry episode (a request PSN sent a second
+// time). A retry right after a sequence NAK or an RNR NAK is the NAK's;
+// any other is a retransmit timeout, and it is justified only if
+//
+//   - something was outstanding and unacknowledged when it fired, and
+//   - at least the local ACK timeout (less slack for the gap between
+//     arming the timer and the frame reaching the TAP) had passed since
+//     the timer's reference point: the first transmission that made the
+//     QP busy, the last response that advanced the acknowledged PSN while
+//     PSNs stayed outstanding, or the previous timeout (IBA 9.7.6.1.1).
+//
+// Anything else is a spurious timer (report.spurious). guest, if not nil,
+// is a capture on the guest's TAP, to say where the time went. pathMTU
+// sizes READ requests (one PSN per response packet).
+func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU int) retryReport {
+	const slack = 3 * time.Millisecond
+	type stream struct {
+		any, lastRetry   bool
+		maxSent, lastPSN wire.PSN // maxSent: the last PSN the requests so far use
+		acked            wire.PSN
+		haveAcked        bool
+		timerOn          bool
+		timerRef         time.Duration
+		lastResp         *capFrame
+		pending          []capFrame // first transmissions waiting for a response
+	}
+	outstanding := func(s *stream) bool { return s.any && (!s.haveAcked || s.maxSent.After(s.acked)) }
+	// Our QP X (the DestQP of the peer's responses) sends requests to Y.
+	pair := map[uint32]uint32{}
+	lastReqTo := map[uint32]uint32{}
+	for _, f := range frames {
+		info := f.op.Info()
+		if info == nil {
+			continue
+		}
+		if !f.toVrnicd && info.Has(wire.FlagRequest) {
+			lastReqTo[f.psn] = f.qp
+		} else if f.toVrnicd && info.Has(wire.FlagResponse) {
+			if y, ok := lastReqTo[f.psn]; ok {
+				pair[f.qp] = y
+			}
+		}
+	}
+	streams := map[uint32]*stream{}
+	get := func(y uint32) *stream {
+		s := streams[y]
+		if s == nil {
+			s = &stream{}
+			streams[y] = s
+		}
+		return s
+	}
+	var rep retryReport
+	var b strings.Builder
+	episodes, peerDups := 0, 0
+	peerMax := map[uint32]wire.PSN{}
+	for i := range frames {
+		f := &frames[i]
+		info := f.op.Info()
+		if info == nil || f.op.Transport() != 0 { // RC only
+			continue
+		}
+		switch {
+		case f.toVrnicd && info.Has(wire.FlagRequest):
+			if m, ok := peerMax[f.qp]; ok && !wire.PSN(f.psn).After(m) {
+				peerDups++
+			} else {
+				peerMax[f.qp] = wire.PSN(f.psn)
+			}
+		case f.toVrnicd && info.Has(wire.FlagResponse):
+			y, ok := pair[f.qp]
+			if !ok {
+				continue
+			}
+			s := get(y)
+			s.lastResp = f
+			a := wire.PSN(f.psn)
+			if f.hasAETH {
+				switch f.syndrome >> 5 {
+				case 0:
+				case 1: // RNR NAK: what precedes its PSN is done
+					a = a.Sub(1)
+				case 3:
+					if f.syndrome&0x1f != 0 {
+						continue // an error NAK ends the QP: nothing to time
+					}
+					a = a.Sub(1) // sequence NAK: likewise
+				default:
+					continue
+				}
+			}
+			if !s.haveAcked || a.After(s.acked) {
+				s.acked, s.haveAcked = a, true
+				k := 0
+				for _, p := range s.pending {
+					if wire.PSN(p.psn).After(a) {
+						s.pending[k] = p
+						k++
+						continue
+					}
+					rep.latencies = append(rep.latencies, f.at-p.at)
+				}
+				s.pending = s.pending[:k]
+				if outstanding(s) {
+					s.timerOn, s.timerRef = true, f.at
+				} else {
+					s.timerOn = false
+				}
+			}
+		case !f.toVrnicd && info.Has(wire.FlagRequest):
+			s := get(f.qp)
+			psn := wire.PSN(f.psn)
+			last := psn
+			if f.op == wire.RCRDMAReadRequest && f.readLen > 0 {
+				last = psn.Add(uint32((f.readLen+pathMTU-1)/pathMTU) - 1)
+			}
+			retry := s.any && !psn.After(s.maxSent)
+			if !retry {
+				if !outstanding(s) {
+					s.timerOn, s.timerRef = true, f.at
+				}
+				s.maxSent, s.any = last, true
+				if f.ackReq || f.op == wire.RCRDMAReadRequest || info.Has(wire.FlagAtomic) {
+					s.pending = append(s.pending, *f)
+				}
+			}
+			start := retry && (!s.lastRetry || !psn.After(s.lastPSN))
+			s.lastRetry, s.lastPSN = retry, psn
+			if !start {
+				continue
+			}
+			episodes++
+			fmt.Fprintf(&b, "retry %d at %.3f ms: %v psn %#06x to qp %#06x", episodes, msec(f.at), f.op, f.psn, f.qp)
+			lr := s.lastResp
+			var kind string
+			switch {
+			case !outstanding(s):
+				kind = "SPURIOUS: nothing was outstanding"
+				rep.spurious = append(rep.spurious, fmt.Sprintf("retry at %.3f ms of psn %#06x with every PSN acknowledged", msec(f.at), f.psn))
+			case lr != nil && lr.hasAETH && lr.syndrome == 0x60 && f.at-lr.at < 10*time.Millisecond:
+				kind = fmt.Sprintf("after a sequence NAK %.1f ms before", msec(f.at-lr.at))
+			case lr != nil && lr.hasAETH && lr.syndrome>>5 == 1 && f.at-lr.at < time.Second:
+				kind = fmt.Sprintf("after an RNR NAK %.1f ms before", msec(f.at-lr.at))
+			default:
+				rep.timeouts++
+				since := f.at - s.timerRef
+				switch {
+				case !s.timerOn:
+					kind = "SPURIOUS timeout: no timer should have been running"
+					rep.spurious = append(rep.spurious, fmt.Sprintf("timeout at %.3f ms (psn %#06x) with no timer running", msec(f.at), f.psn))
+				case since < timeout-slack:
+					kind = fmt.Sprintf("SPURIOUS timeout: only %.1f ms since the timer's reference", msec(since))
+					rep.spurious = append(rep.spurious, fmt.Sprintf("timeout at %.3f ms (psn %#06x) %.1f ms after its reference, deadline %.1f ms",
+						msec(f.at), f.psn, msec(since), msec(timeout)))
+				default:
+					kind = fmt.Sprintf("timeout %.1f ms after the timer's reference (deadline %.1f ms), no response in between", msec(since), msec(timeout))
+				}
+				s.timerOn, s.timerRef = true, f.at
+			}
+			b.WriteString(": " + kind)
+			if lr != nil {
+				fmt.Fprintf(&b, "; peer's last response %.1f ms before (%v psn %#06x", msec(f.at-lr.at), lr.op, lr.psn)
+				if lr.hasAETH {
+					b.WriteString(" " + syndromeString(lr.syndrome))
+				}
+				b.WriteString(")")
+			}
+			// Responses with the retried PSN in the next second: one per
+			// copy means the peer got every copy and answered each late.
+			var answers []string
+			for j := i + 1; j < len(frames) && frames[j].at-f.at < time.Second; j++ {
+				g := &frames[j]
+				gi := g.op.Info()
+				if g.toVrnicd && gi != nil && gi.Has(wire.FlagResponse) && pair[g.qp] == f.qp && g.psn == f.psn {
+					answers = append(answers, fmt.Sprintf("%+.1f", msec(g.at-f.at)))
+				}
+			}
+			if len(answers) > 0 {
+				fmt.Fprintf(&b, "; responses with its PSN at %s ms from it", strings.Join(answers, ","))
+			}
+			if guest != nil {
+				b.WriteString(whereTheTimeWent(f, frames, guest))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	fmt.Fprintf(&b, "%d retry episodes of vrnicd (%d timeouts, %d spurious); %d duplicate requests from the peer (its own retries)\n",
+		episodes, rep.timeouts, len(rep.spurious), peerDups)
+	if l := rep.latencies; len(l) > 0 {
+		l = slices.Clone(l)
+		slices.Sort(l)
+		over := 0
+		for _, d := range l {
+			if d >= timeout {
+				over++
+			}
+		}
+		fmt.Fprintf(&b, "peer's response time to our requests (n %d): median %.2f ms, 90%% %.2f ms, 99%% %.2f ms, max %.1f ms; %d at or over %.1f ms\n",
+			len(l), msec(l[len(l)/2]), msec(l[len(l)*9/10]), msec(l[len(l)*99/100]), msec(l[len(l)-1]), over, msec(timeout))
+	}
+	rep.text = b.String()
+	return rep
+}
+
+func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// whereTheTimeWent follows a retried request's first copy onto the
+// guest's TAP: when it was handed to QEMU, and when the guest's answer
+// came out.
+func whereTheTimeWent(retry *capFrame, frames, guest []capFrame) string {
+	var orig *capFrame
+	for i := range frames {
+		f := &frames[i]
+		if !f.toVrnicd && f.qp == retry.qp && f.psn == retry.psn && f.op == retry.op {
+			orig = f
+			break
+		}
+	}
+	if orig == nil {
+		return ""
+	}
+	var in, out *capFrame
+	for i := range guest {
+		g := &guest[i]
+		if in == nil {
+			if !g.toVrnicd && g.qp == orig.qp && g.psn == orig.psn && g.op == orig.op && g.at >= orig.at-time.Millisecond {
+				in = g
+			}
+			continue
+		}
+		if gi := g.op.Info(); g.toVrnicd && gi != nil && gi.Has(wire.FlagResponse) && !wire.PSN(g.psn).Before(wire.PSN(orig.psn)) {
+			out = g
+			break
+		}
+	}
+	if in == nil {
+		return "; its first copy is not on the guest's TAP"
+	}
+	s := fmt.Sprintf("; first copy on the guest's TAP %+.3f ms after leaving vrnicd", msec(in.at-orig.at))
+	if out != nil {
+		s += fmt.Sprintf(", the guest's first response covering it left its TAP %.1f ms later", msec(out.at-in.at))
+	}
+	return s
+}
+
+// writeCapture writes a case's frames and their analysis to a file (the
+// evidence behind a timer verdict) and returns its path.
+func writeCapture(t testing.TB, frames []capFrame, analysis string) string {
+	dir := filepath.Join(os.TempDir(), "vrnicd-interop-captures")
+	_ = os.MkdirAll(dir, 0o755)
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + ".txt"
+	var b strings.Builder
+	b.WriteString(analysis)
+	b.WriteString("\n")
+	for _, f := range frames {
+		b.WriteString(f.String())
+		b.WriteByte('\n')
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		return fmt.Sprintf("(not written: %v)", err)
+	}
+	return p
+}
+
+// transitTimes pairs each frame on the daemon's TAP with the same frame on
+// the guest's TAP and returns how long the host took to carry it across
+// the bridge, each way (the time between the two devices' timestamps).
+func transitTimes(daemon, guest []capFrame) (toGuest, fromGuest []time.Duration) {
+	type key struct {
+		toVrnicd bool
+		op       wire.Opcode
+		qp, psn  uint32
+	}
+	seen := map[key][]time.Duration{}
+	for _, f := range daemon {
+		k := key{f.toVrnicd, f.op, f.qp, f.psn}
+		seen[k] = append(seen[k], f.at)
+	}
+	used := map[key]int{}
+	for _, g := range guest {
+		k := key{g.toVrnicd, g.op, g.qp, g.psn}
+		ts := seen[k]
+		i := used[k]
+		if i >= len(ts) {
+			continue
+		}
+		used[k] = i + 1
+		if g.toVrnicd {
+			fromGuest = append(fromGuest, ts[i]-g.at)
+		} else {
+			toGuest = append(toGuest, g.at-ts[i])
+		}
+	}
+	return toGuest, fromGuest
+}
+
+func durStats(l []time.Duration) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	l = slices.Clone(l)
+	slices.Sort(l)
+	return fmt.Sprintf("n %d median %.3f ms, 99%% %.3f ms, max %.3f ms", len(l), msec(l[len(l)/2]), msec(l[len(l)*99/100]), msec(l[len(l)-1]))
+}
+
+// ourResponseTimes: for each first copy of a peer's request that asks for
+// a response (AckReq, READ, atomic), how long vrnicd took to put a response
+// with that PSN (or a later one) on its TAP. Fast answers here mean the
+// peer's own retries are not waiting on us.
+func ourResponseTimes(frames []capFrame) []time.Duration {
+	var out []time.Duration
+	seen := map[[2]uint32]bool{}
+	for i := range frames {
+		f := &frames[i]
+		info := f.op.Info()
+		if !f.toVrnicd || info == nil || f.op.Transport() != 0 || !info.Has(wire.FlagRequest) {
+			continue
+		}
+		if !f.ackReq && f.op != wire.RCRDMAReadRequest && !info.Has(wire.FlagAtomic) {
+			continue
+		}
+		k := [2]uint32{f.qp, f.psn}
+		if seen[k] {
+			continue // a retry of the peer's
+		}
+		seen[k] = true
+		for j := i + 1; j < len(frames) && frames[j].at-f.at < time.Second; j++ {
+			g := &frames[j]
+			gi := g.op.Info()
+			if !g.toVrnicd && gi != nil && gi.Has(wire.FlagResponse) && !wire.PSN(g.psn).Before(wire.PSN(f.psn)) &&
+				wire.PSN(g.psn).Diff(wire.PSN(f.psn)) < 1024 {
+				out = append(out, g.at-f.at)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// pct returns the p-th percentile of l (0 if empty).
+func pct(l []time.Duration, p int) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	l = slices.Clone(l)
+	slices.Sort(l)
+	return l[min(len(l)*p/100, len(l)-1)]
+}
