@@ -910,7 +910,9 @@ func (q *QP) HandleResponse(p *RxPacket) {
 		if w == nil || !w.lastPSN().Before(psn) {
 			break
 		}
-		if !w.sendWrite() || !ss.fullySent(w) {
+		// A SEND/WRITE is complete once a later PSN is acknowledged, even
+		// while a resend of it is under way: every PSN before hi was sent.
+		if !w.sendWrite() {
 			ss.lostResponse(s, w, now)
 			ss.after(s, now, progress, rnr)
 			return
@@ -944,7 +946,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 			}
 			ss.comp = psn.Add(1)
 			progress = true
-			if psn == w.lastPSN() && ss.fullySent(w) {
+			if psn == w.lastPSN() { // also mid-resend: the responder has it all
 				ss.finish(w, WCSuccess)
 			}
 		case wire.AETHRNRNak:
