@@ -102,8 +102,23 @@ func pingpong(ctx context.Context, cfg *config, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%d pages of the last message received differ from what the client sent", bad)
 		}
 	}
+	if cfg.mode.name == "rc" || cfg.mode.name == "srq" {
+		// Our loop can end before the peer's: if the ACK of its last
+		// message was lost, its retransmission must still find the QP, or
+		// kernel rxe (retry_cnt 7 is infinite there) retries for ever and
+		// the kernel tool never exits. No end-of-run exchange tells us.
+		select {
+		case <-time.After(peerLinger):
+		case <-ctx.Done():
+		}
+	}
 	return nil
 }
+
+// peerLinger is how long the RC QPs stay after the loop, for the peer's
+// retransmissions of its last message: several of its ACK timeouts (67 ms
+// at the tools' timeout 14).
+var peerLinger = 500 * time.Millisecond
 
 // init makes the PD, buffer, MR, CQ, SRQ and QPs and brings the QPs to
 // INIT, as pp_init_ctx does.
