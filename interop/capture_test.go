@@ -244,27 +244,28 @@ func decodeFrame(f []byte) (capFrame, bool) {
 
 // retryReport is analyzeRetransmits' verdict on one case's capture.
 type retryReport struct {
-	timeouts  int      // retry episodes that only a retransmit timeout explains
-	spurious  []string // timeouts (or retries) the capture does not justify
+	episodes  int      // retries of every kind
+	timeouts  int      // retries that only a retransmit timeout explains
+	spurious  []string // timeouts the capture does not justify
 	latencies []time.Duration
 	text      string
 }
 
 // analyzeRetransmits replays vrnicd's RC requesters from a capture on its
 // TAP and accounts for every retry episode (a request PSN sent a second
-// time). A retry right after a sequence NAK or an RNR NAK is the NAK's;
-// any other is a retransmit timeout, and it is justified only if
+// time). A retry starting at the PSN of a sequence NAK received before it,
+// after an RNR NAK, or of a READ/atomic whose response a later response
+// showed lost, is that event's; any other is a retransmit timeout, and it
+// must be justified (IBA 9.7.6.1.1): the timer is armed when a request
+// makes the QP busy, and again at every response that advances the
+// acknowledged PSN and at every retry. A timeout at T is justified iff the
+// last arming at or before T-timeout (give or take slack for the gap
+// between the daemon's clock and the TAP) was followed by a full timeout
+// without another arming: the peer was silent for the whole deadline.
+// Otherwise the timer was spurious: a response had come in time.
 //
-//   - something was outstanding and unacknowledged when it fired, and
-//   - at least the local ACK timeout (less slack for the gap between
-//     arming the timer and the frame reaching the TAP) had passed since
-//     the timer's reference point: the first transmission that made the
-//     QP busy, the last response that advanced the acknowledged PSN while
-//     PSNs stayed outstanding, or the previous timeout (IBA 9.7.6.1.1).
-//
-// Anything else is a spurious timer (report.spurious). guest, if not nil,
-// is a capture on the guest's TAP, to say where the time went. pathMTU
-// sizes READ requests (one PSN per response packet).
+// guest, if not nil, is a capture on the guest's TAP, to say where the
+// time went. pathMTU sizes READ requests (one PSN per response packet).
 func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU int) retryReport {
 	const slack = 3 * time.Millisecond
 	type stream struct {
@@ -272,10 +273,9 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 		maxSent, lastPSN wire.PSN // maxSent: the last PSN the requests so far use
 		acked            wire.PSN
 		haveAcked        bool
-		timerOn          bool
-		timerRef         time.Duration
-		lastResp         *capFrame
-		pending          []capFrame // first transmissions waiting for a response
+		arms             []time.Duration // since the QP last became busy
+		triggers         []*capFrame     // NAKs and responses not yet matched to a retry
+		pending          []capFrame      // first transmissions waiting for a response
 	}
 	outstanding := func(s *stream) bool { return s.any && (!s.haveAcked || s.maxSent.After(s.acked)) }
 	// Our QP X (the DestQP of the peer's responses) sends requests to Y.
@@ -305,7 +305,7 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 	}
 	var rep retryReport
 	var b strings.Builder
-	episodes, peerDups := 0, 0
+	peerDups := 0
 	peerMax := map[uint32]wire.PSN{}
 	for i := range frames {
 		f := &frames[i]
@@ -326,7 +326,6 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 				continue
 			}
 			s := get(y)
-			s.lastResp = f
 			a := wire.PSN(f.psn)
 			if f.hasAETH {
 				switch f.syndrome >> 5 {
@@ -342,8 +341,11 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 					continue
 				}
 			}
+			// Any response may show a READ's or atomic's response lost.
+			s.triggers = append(s.triggers, f)
 			if !s.haveAcked || a.After(s.acked) {
 				s.acked, s.haveAcked = a, true
+				s.arms = append(s.arms, f.at)
 				k := 0
 				for _, p := range s.pending {
 					if wire.PSN(p.psn).After(a) {
@@ -354,11 +356,6 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 					rep.latencies = append(rep.latencies, f.at-p.at)
 				}
 				s.pending = s.pending[:k]
-				if outstanding(s) {
-					s.timerOn, s.timerRef = true, f.at
-				} else {
-					s.timerOn = false
-				}
 			}
 		case !f.toVrnicd && info.Has(wire.FlagRequest):
 			s := get(f.qp)
@@ -370,7 +367,7 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 			retry := s.any && !psn.After(s.maxSent)
 			if !retry {
 				if !outstanding(s) {
-					s.timerOn, s.timerRef = true, f.at
+					s.arms = append(s.arms[:0], f.at)
 				}
 				s.maxSent, s.any = last, true
 				if f.ackReq || f.op == wire.RCRDMAReadRequest || info.Has(wire.FlagAtomic) {
@@ -382,42 +379,71 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 			if !start {
 				continue
 			}
-			episodes++
-			fmt.Fprintf(&b, "retry %d at %.3f ms: %v psn %#06x to qp %#06x", episodes, msec(f.at), f.op, f.psn, f.qp)
-			lr := s.lastResp
-			var kind string
-			switch {
-			case !outstanding(s):
-				kind = "SPURIOUS: nothing was outstanding"
-				rep.spurious = append(rep.spurious, fmt.Sprintf("retry at %.3f ms of psn %#06x with every PSN acknowledged", msec(f.at), f.psn))
-			case lr != nil && lr.hasAETH && lr.syndrome == 0x60 && f.at-lr.at < 10*time.Millisecond:
-				kind = fmt.Sprintf("after a sequence NAK %.1f ms before", msec(f.at-lr.at))
-			case lr != nil && lr.hasAETH && lr.syndrome>>5 == 1 && f.at-lr.at < time.Second:
-				kind = fmt.Sprintf("after an RNR NAK %.1f ms before", msec(f.at-lr.at))
-			default:
-				rep.timeouts++
-				since := f.at - s.timerRef
+			rep.episodes++
+			fmt.Fprintf(&b, "retry %d at %.3f ms: %v psn %#06x to qp %#06x", rep.episodes, msec(f.at), f.op, f.psn, f.qp)
+			// What set it off: a NAK or response of the last quarter second
+			// not yet matched to a retry (vrnicd may act on a response some
+			// milliseconds after it reached the TAP, later than a retry for
+			// an earlier one went out).
+			var cause string
+			k := 0
+			for _, g := range s.triggers {
+				if f.at-g.at <= 250*time.Millisecond {
+					s.triggers[k] = g
+					k++
+				}
+			}
+			s.triggers = s.triggers[:k]
+			for k, g := range s.triggers {
+				gp := wire.PSN(g.psn)
 				switch {
-				case !s.timerOn:
-					kind = "SPURIOUS timeout: no timer should have been running"
-					rep.spurious = append(rep.spurious, fmt.Sprintf("timeout at %.3f ms (psn %#06x) with no timer running", msec(f.at), f.psn))
-				case since < timeout-slack:
-					kind = fmt.Sprintf("SPURIOUS timeout: only %.1f ms since the timer's reference", msec(since))
-					rep.spurious = append(rep.spurious, fmt.Sprintf("timeout at %.3f ms (psn %#06x) %.1f ms after its reference, deadline %.1f ms",
-						msec(f.at), f.psn, msec(since), msec(timeout)))
+				case g.hasAETH && g.syndrome == 0x60 && gp == psn:
+					cause = fmt.Sprintf("a sequence NAK for it %.1f ms before", msec(f.at-g.at))
+				case g.hasAETH && g.syndrome>>5 == 1:
+					cause = fmt.Sprintf("an RNR NAK %.1f ms before", msec(f.at-g.at))
+				case (f.op == wire.RCRDMAReadRequest || info.Has(wire.FlagAtomic)) && gp.After(psn):
+					cause = fmt.Sprintf("a later response (%v psn %#06x) %.1f ms before: its response was lost", g.op, g.psn, msec(f.at-g.at))
 				default:
-					kind = fmt.Sprintf("timeout %.1f ms after the timer's reference (deadline %.1f ms), no response in between", msec(since), msec(timeout))
+					continue
 				}
-				s.timerOn, s.timerRef = true, f.at
+				s.triggers = append(s.triggers[:k], s.triggers[k+1:]...)
+				break
 			}
-			b.WriteString(": " + kind)
-			if lr != nil {
-				fmt.Fprintf(&b, "; peer's last response %.1f ms before (%v psn %#06x", msec(f.at-lr.at), lr.op, lr.psn)
-				if lr.hasAETH {
-					b.WriteString(" " + syndromeString(lr.syndrome))
+			if cause == "" {
+				rep.timeouts++
+				// The deadline expired if some arming since the previous retry
+				// was followed by a full timeout (less slack) without another.
+				j := -1
+				for k, e := range s.arms {
+					next := f.at
+					if k+1 < len(s.arms) {
+						next = min(s.arms[k+1], f.at)
+					}
+					if e+timeout-slack <= next {
+						j = k
+						break
+					}
 				}
-				b.WriteString(")")
+				switch {
+				case len(s.arms) == 0:
+					cause = "timeout (the capture began after the request)"
+				case j >= 0:
+					next := f.at
+					if j+1 < len(s.arms) {
+						next = min(s.arms[j+1], f.at)
+					}
+					cause = fmt.Sprintf("timeout: armed at %.3f ms, then %.1f ms without a response (deadline %.1f ms)",
+						msec(s.arms[j]), msec(next-s.arms[j]), msec(timeout))
+				default:
+					last := s.arms[len(s.arms)-1]
+					cause = fmt.Sprintf("SPURIOUS timeout: the timer was last armed at %.3f ms, %.1f ms before (deadline %.1f ms)",
+						msec(last), msec(f.at-last), msec(timeout))
+					rep.spurious = append(rep.spurious, fmt.Sprintf("timeout at %.3f ms (psn %#06x) %.1f ms after the timer was last armed (at %.3f ms; deadline %.1f ms)",
+						msec(f.at), f.psn, msec(f.at-last), msec(last), msec(timeout)))
+				}
 			}
+			s.arms = append(s.arms[:0], f.at) // every retry re-arms the timer
+			b.WriteString(": " + cause)
 			// Responses with the retried PSN in the next second: one per
 			// copy means the peer got every copy and answered each late.
 			var answers []string
@@ -429,6 +455,9 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 				}
 			}
 			if len(answers) > 0 {
+				if len(answers) > 8 {
+					answers = append(answers[:8], "...")
+				}
 				fmt.Fprintf(&b, "; responses with its PSN at %s ms from it", strings.Join(answers, ","))
 			}
 			if guest != nil {
@@ -438,18 +467,15 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 		}
 	}
 	fmt.Fprintf(&b, "%d retry episodes of vrnicd (%d timeouts, %d spurious); %d duplicate requests from the peer (its own retries)\n",
-		episodes, rep.timeouts, len(rep.spurious), peerDups)
+		rep.episodes, rep.timeouts, len(rep.spurious), peerDups)
 	if l := rep.latencies; len(l) > 0 {
-		l = slices.Clone(l)
-		slices.Sort(l)
 		over := 0
 		for _, d := range l {
 			if d >= timeout {
 				over++
 			}
 		}
-		fmt.Fprintf(&b, "peer's response time to our requests (n %d): median %.2f ms, 90%% %.2f ms, 99%% %.2f ms, max %.1f ms; %d at or over %.1f ms\n",
-			len(l), msec(l[len(l)/2]), msec(l[len(l)*9/10]), msec(l[len(l)*99/100]), msec(l[len(l)-1]), over, msec(timeout))
+		fmt.Fprintf(&b, "peer's response time to our requests: %s; %d at or over %.1f ms\n", durStats(l), over, msec(timeout))
 	}
 	rep.text = b.String()
 	return rep
@@ -497,9 +523,15 @@ func whereTheTimeWent(retry *capFrame, frames, guest []capFrame) string {
 }
 
 // writeCapture writes a case's frames and their analysis to a file (the
-// evidence behind a timer verdict) and returns its path.
+// evidence behind a timer verdict) in $VRNICD_INTEROP_RUN/captures
+// (default /run/vrnicd-interop), named after the test, and returns its
+// path.
 func writeCapture(t testing.TB, frames []capFrame, analysis string) string {
-	dir := filepath.Join(os.TempDir(), "vrnicd-interop-captures")
+	run := os.Getenv("VRNICD_INTEROP_RUN")
+	if run == "" {
+		run = "/run/vrnicd-interop"
+	}
+	dir := filepath.Join(run, "captures")
 	_ = os.MkdirAll(dir, 0o755)
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + ".txt"
 	var b strings.Builder

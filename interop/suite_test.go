@@ -318,12 +318,12 @@ func (b *bed) runCase(t *testing.T, c caseSpec, g gidKind, kernelServer bool) {
 	ev.wall = time.Since(started)
 	ev.qemuWait, ev.daemonWait = runQueueWait(b.vm.PID)-qemuWait, runQueueWait(b.a.proc.cmd.Process.Pid)-daemonWait
 	r.note = fmt.Sprintf("rto %d", rto)
-	if rto > 0 {
-		r.note += fmt.Sprintf(" (peer silent >= %.1f ms; its 99%%ile %.0f ms)", msec(localAckTimeout), msec(pct(ev.rep.latencies, 99)))
+	if rto > 0 && !b.cfg.impaired {
+		r.note += fmt.Sprintf(" (each after the peer's silence >= %.1f ms; its 99th pct answer %.0f ms)", msec(localAckTimeout), msec(pct(ev.rep.latencies, 99)))
 	}
 	if b.vm.Impair != nil {
 		from, to := b.vm.Impair.Stats(rxepeer.FromGuest), b.vm.Impair.Stats(rxepeer.ToGuest)
-		r.note += fmt.Sprintf(", impair dropped %d held %d", from.Dropped-impBefore[0].Dropped+to.Dropped-impBefore[1].Dropped,
+		r.note += fmt.Sprintf(", impairment dropped %d, held back %d", from.Dropped-impBefore[0].Dropped+to.Dropped-impBefore[1].Dropped,
 			from.Held-impBefore[0].Held+to.Held-impBefore[1].Held)
 	}
 
@@ -346,7 +346,11 @@ func (b *bed) runCase(t *testing.T, c caseSpec, g gidKind, kernelServer bool) {
 		return
 	}
 	if rto > 0 {
-		t.Logf("%d retransmit timeouts, each justified by the capture:\n%s", rto, ev.String(t))
+		if b.cfg.impaired {
+			t.Logf("%d retransmit timeouts under impairment:\n%s", rto, ev.String(t))
+		} else {
+			t.Logf("%d retransmit timeouts, each after a whole deadline of the peer's silence:\n%s", rto, ev.String(t))
+		}
 	}
 	r.result = "PASS"
 	t.Logf("%s: %s (%s) in %.1fs", r.dir, r.figure, r.note, r.secs)
@@ -360,18 +364,25 @@ func (b *bed) strictTimeouts() bool {
 }
 
 // timerVerdict checks vrnicd's retransmit timeouts in a case against the
-// capture: none may be spurious (fired though the peer's response had
-// come in time, or with nothing outstanding), each must show on the wire
-// as a retry, and the capture must be whole. On a clean link in strict
-// mode there must be none. "" means all is well.
+// captures. On a clean link: every timeout the daemon counted shows on the
+// wire as a retry that only a timer explains, none of them fired before
+// the peer had been silent for a whole deadline (analyzeRetransmits), and
+// the capture is whole; in strict mode there is none at all. Impaired,
+// where a NAK or a later response acted on late cannot always be told
+// from a timer in the capture, the analysis is reported, not judged: each
+// timeout must still show as a retry on the wire. "" means all is well.
 func (b *bed) timerVerdict(rto uint64, ev caseEvidence) string {
 	switch {
-	case rto > 0 && !b.cfg.impaired && b.strictTimeouts():
+	case rto > 0 && ev.drops > 0:
+		return fmt.Sprintf("retransmit_timeouts went up by %d and the capture lost %d frames: the timeouts cannot be checked", rto, ev.drops)
+	case b.cfg.impaired:
+		if rto > uint64(ev.rep.episodes) {
+			return fmt.Sprintf("retransmit_timeouts went up by %d but the capture shows only %d retries", rto, ev.rep.episodes)
+		}
+	case rto > 0 && b.strictTimeouts():
 		return fmt.Sprintf("retransmit_timeouts went up by %d on a clean link (strict mode: must stay 0)", rto)
 	case len(ev.rep.spurious) > 0:
 		return fmt.Sprintf("spurious retransmit timeouts (the peer's response had come in time):\n  %s", strings.Join(ev.rep.spurious, "\n  "))
-	case rto > 0 && ev.drops > 0:
-		return fmt.Sprintf("retransmit_timeouts went up by %d and the capture lost %d frames: the timeouts cannot be checked", rto, ev.drops)
 	case uint64(ev.rep.timeouts) != rto:
 		return fmt.Sprintf("retransmit_timeouts went up by %d but the capture shows %d timeout retries", rto, ev.rep.timeouts)
 	}

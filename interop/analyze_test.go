@@ -1,0 +1,93 @@
+package interop_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// The timer check against hand-made captures: vrnicd's QP 0x11 sends to
+// the peer's QP 0x22, whose responses come back to 0x11.
+func TestAnalyzeRetransmits(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	req := func(at float64, op wire.Opcode, psn uint32) capFrame {
+		return capFrame{at: ms(at), op: op, qp: 0x22, psn: psn, ackReq: true}
+	}
+	ack := func(at float64, psn uint32) capFrame {
+		return capFrame{at: ms(at), toVrnicd: true, op: wire.RCAcknowledge, qp: 0x11, psn: psn, hasAETH: true}
+	}
+	nak := func(at float64, psn uint32) capFrame {
+		f := ack(at, psn)
+		f.syndrome = 0x60
+		return f
+	}
+	atomicAck := func(at float64, psn uint32) capFrame {
+		return capFrame{at: ms(at), toVrnicd: true, op: wire.RCAtomicAcknowledge, qp: 0x11, psn: psn, hasAETH: true}
+	}
+	send := wire.RCSendOnly
+	for _, tc := range []struct {
+		name               string
+		frames             []capFrame
+		timeouts, spurious int
+		want               string
+	}{
+		{"peer silent for the whole deadline", []capFrame{
+			req(0, send, 100), req(67.6, send, 100), ack(80, 100), ack(81, 100),
+		}, 1, 0, "then 67.6 ms without a response"},
+		{"response after the deadline, before the retry left", []capFrame{
+			req(0, send, 100), req(1, send, 101), ack(67.4, 100), req(67.6, send, 101), ack(70, 101),
+		}, 1, 0, "timeout: armed at 0.000 ms, then 67.4 ms"},
+		{"a response pushed the deadline out", []capFrame{
+			req(0, send, 100), req(1, send, 101), ack(30, 100), req(67.5, send, 101), ack(70, 101),
+		}, 1, 1, "last armed at 30.000 ms, 37.5 ms before"},
+		{"everything acknowledged in time", []capFrame{
+			req(0, send, 100), ack(20, 100), req(67.5, send, 100),
+		}, 1, 1, "SPURIOUS"},
+		{"fired early", []capFrame{
+			req(0, send, 100), req(40, send, 100),
+		}, 1, 1, "last armed at 0.000 ms, 40.0 ms before"},
+		{"retry on a sequence NAK", []capFrame{
+			req(0, wire.RCSendFirst, 100), req(0.1, wire.RCSendMiddle, 101), req(0.2, wire.RCSendLast, 102),
+			nak(1, 101), ack(1.01, 100), req(1.2, wire.RCSendMiddle, 101), req(1.3, wire.RCSendLast, 102), ack(3, 102),
+		}, 0, 0, "a sequence NAK for it"},
+		{"two sequence NAKs, the second acted on after the first's retry went out", []capFrame{
+			req(0, wire.RCSendFirst, 100), req(0.1, wire.RCSendMiddle, 101), req(0.2, wire.RCSendMiddle, 102),
+			req(0.3, wire.RCSendMiddle, 103), req(0.4, wire.RCSendLast, 104),
+			nak(5, 101), nak(5.1, 103),
+			req(9, wire.RCSendMiddle, 101), req(9.1, wire.RCSendMiddle, 102), req(9.2, wire.RCSendMiddle, 103), req(9.3, wire.RCSendLast, 104),
+			req(12, wire.RCSendMiddle, 103), req(12.1, wire.RCSendLast, 104), ack(20, 104),
+		}, 0, 0, "a sequence NAK for it 6.9 ms before"},
+		{"an atomic's lost response", []capFrame{
+			req(0, wire.RCFetchAdd, 100), req(0.1, wire.RCFetchAdd, 101), atomicAck(5, 101), req(5.2, wire.RCFetchAdd, 100),
+			atomicAck(8, 100),
+		}, 0, 0, "its response was lost"},
+		{"two timeouts in a row, each a deadline apart", []capFrame{
+			req(0, send, 100), req(67.3, send, 100), req(134.6, send, 100), ack(140, 100),
+		}, 2, 0, "armed at 67.300 ms, then 67.3 ms"},
+		{"the second timeout came early", []capFrame{
+			req(0, send, 100), req(67.3, send, 100), req(100, send, 100), ack(140, 100),
+		}, 2, 1, "last armed at 67.300 ms, 32.7 ms before"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := analyzeRetransmits(tc.frames, nil, localAckTimeout, 1024)
+			if rep.timeouts != tc.timeouts || len(rep.spurious) != tc.spurious || !strings.Contains(rep.text, tc.want) {
+				t.Errorf("timeouts %d (want %d), spurious %d (want %d), text lacks %q?\n%s",
+					rep.timeouts, tc.timeouts, len(rep.spurious), tc.spurious, tc.want, rep.text)
+			}
+		})
+	}
+}
+
+func TestTCPListening(t *testing.T) {
+	table := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		"   0: 00000000:4853 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0\n" +
+		"   1: 0100007F:1F90 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1\n"
+	if !tcpListening([]byte(table), 18515) {
+		t.Error("port 18515 (0x4853) in LISTEN not found")
+	}
+	if tcpListening([]byte(table), 8080) {
+		t.Error("port 8080 is ESTABLISHED, not LISTEN")
+	}
+}
