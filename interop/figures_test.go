@@ -24,7 +24,7 @@ func (f figure) String() string {
 	case "pingpong":
 		return fmt.Sprintf("%.1f us/iter, %.2f Mbit/s", f.a, f.b)
 	case "bw":
-		return fmt.Sprintf("%.2f MB/s, %.4f Mpps", f.a, f.b)
+		return fmt.Sprintf("%.2f MB/s, %.6f Mpps", f.a, f.b)
 	case "lat":
 		return fmt.Sprintf("t_typical %.2f us, t_avg %.2f us", f.a, f.b)
 	}

@@ -194,6 +194,9 @@ func newBed(t *testing.T, cfg bedConfig) *bed {
 		t.Fatalf("guest rxe0 active MTU %d on a %d-byte link, want %d", vm.ActiveMTU, cfg.linkMTU, cfg.pathMTU)
 	}
 	b := &bed{cfg: cfg, n: n, vm: vm}
+	summaryMu.Lock()
+	accel = vm.Accel
+	summaryMu.Unlock()
 	b.a = startDaemon(t, n, "vra", "192.0.2.10/24", cfg.linkMTU)
 	if !cfg.impaired {
 		b.b = startDaemon(t, n, "vrb", "192.0.2.11/24", cfg.linkMTU)
@@ -331,8 +334,11 @@ func (b *bed) runCase(t *testing.T, c caseSpec, g gidKind, kernelServer bool) {
 		r.fail(t, "case failed\n%s\n%s\n%s", kern, ours, ev.String(t))
 		return
 	}
-	fig, err := checkOutputs(c, kern, ours, kernelServer)
+	fig, by, err := checkOutputs(c, kern, ours, kernelServer)
 	r.figure = fig.String()
+	if by != "" {
+		r.figure += " (" + by + ")"
+	}
 	if err != nil {
 		r.fail(t, "%v\n%s\n%s", err, kern, ours)
 		return
@@ -440,12 +446,12 @@ func (b *bed) runPair(t *testing.T, c caseSpec) {
 		}
 	}
 	started := time.Now()
-	srv := startTool(t, b.n, side(b.b)...)
+	srv := startHost(t, b.n, side(b.b)...) // no guest at work: no need to yield to QEMU
 	if err := waitListen(ctx, b.n, rxepeer.PingpongPort, srv); err != nil {
 		r.fail(t, "%v", err)
 		return
 	}
-	cli := startTool(t, b.n, append(side(b.a), "127.0.0.1")...)
+	cli := startHost(t, b.n, append(side(b.a), "127.0.0.1")...)
 	so, se, sx, serr := srv.wait(ctx)
 	co, ce, cx, cerr := cli.wait(ctx)
 	r.secs = time.Since(started).Seconds()
@@ -456,7 +462,7 @@ func (b *bed) runPair(t *testing.T, c caseSpec) {
 		return
 	}
 	fig, ok := parsePerftest(cl.stdout)
-	r.figure = fig.String()
+	r.figure = fig.String() + " (vrnic-perf)"
 	if !ok || fig.iters != perfIters {
 		r.fail(t, "no perftest report with %d iterations from the client\n%s", perfIters, cl)
 		return
@@ -518,21 +524,21 @@ func waitPair(ctx context.Context, job *rxepeer.Job, p *hostProc) (kern, ours ou
 }
 
 // checkOutputs checks both tools reported the whole run and returns the
-// kernel tool's figure (the client's for perftest, whose server may
-// print no figures).
-func checkOutputs(c caseSpec, kern, ours outcome, kernelServer bool) (figure, error) {
+// figure to show: the kernel tool's when it printed one (perftest servers
+// of the bandwidth tests print none), else vrnicd's tool's, and whose it is.
+func checkOutputs(c caseSpec, kern, ours outcome, kernelServer bool) (figure, string, error) {
 	if !c.perf() {
 		var fig figure
 		for _, o := range []outcome{kern, ours} {
 			f, ok := parsePingpong(o.stdout)
 			if !ok || f.iters != ppIters {
-				return f, fmt.Errorf("%s: no summary of %d iterations", o.who, ppIters)
+				return f, "", fmt.Errorf("%s: no summary of %d iterations", o.who, ppIters)
 			}
 			if o.who == kern.who {
 				fig = f
 			}
 		}
-		return fig, nil
+		return fig, "kernel", nil
 	}
 	cli, srv := kern, ours
 	if kernelServer {
@@ -540,16 +546,15 @@ func checkOutputs(c caseSpec, kern, ours outcome, kernelServer bool) (figure, er
 	}
 	f, ok := parsePerftest(cli.stdout)
 	if !ok || f.iters != perfIters {
-		return f, fmt.Errorf("%s (client): no perftest report of %d iterations", cli.who, perfIters)
+		return f, "", fmt.Errorf("%s (client): no perftest report of %d iterations", cli.who, perfIters)
 	}
-	if kernelServer {
-		// The figure that counts is the kernel's: take the server's
-		// report when it printed one.
-		if fs, ok := parsePerftest(srv.stdout); ok {
-			return fs, nil
-		}
+	if !kernelServer {
+		return f, "kernel", nil
 	}
-	return f, nil
+	if fs, ok := parsePerftest(srv.stdout); ok {
+		return fs, "kernel", nil
+	}
+	return f, "vrnic-perf", nil
 }
 
 // row is one line of the summary table.
@@ -605,6 +610,45 @@ func printSummary() {
 	}
 	w.Flush()
 	fmt.Printf("=== %d cases: %d PASS, %d FAIL, %d SKIP\n", len(summary), counts["PASS"], counts["FAIL"], counts["SKIP"])
+	// The figures the issue asks for side by side: against the kernel peer
+	// and between two vrnicd daemons on the same bridge, same run.
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	header := false
+	for _, pr := range summary {
+		if pr.dir != "vrnicd-vrnicd" {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\n=== figures: vrnicd against kernel rxe (guest under "+accelName()+") and vrnicd against vrnicd, same bridge, same run")
+			fmt.Fprintln(w, "bed\ttest\tMTU\tkernel server, vrnicd client\tvrnicd server, kernel client\tvrnicd - vrnicd")
+			header = true
+		}
+		cells := map[string]string{}
+		for _, r := range summary {
+			if r.bed == pr.bed && r.name == pr.name && r.gid == pr.gid && r.result == "PASS" {
+				cells[r.dir] = r.figure
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", pr.bed, pr.name, pr.mtu, dash(cells["kernel-server"]), dash(cells["kernel-client"]), dash(cells["vrnicd-vrnicd"]))
+	}
+	w.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// accel is how the guests ran ("tcg" or "kvm"), for the figures' header.
+var accel string
+
+func accelName() string {
+	if accel == "" {
+		return "?"
+	}
+	return accel
 }
 
 func TestMain(m *testing.M) {
