@@ -54,7 +54,7 @@ bench:
 # /var/cache/vrnicd-interop; seconds when nothing changed).
 interop:
 	./interop/vm/build
-	$(GO) test -count=1 -timeout 20m ./interop/...
+	$(GO) test -count=1 -v -timeout 20m ./interop/...
 
 # systemd-check: systemd-analyze verify on every unit in systemd/, failing on
 # any output (it exits 0 on warnings); skipped when systemd-analyze is absent.
