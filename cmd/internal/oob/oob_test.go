@@ -334,7 +334,8 @@ func TestPeerMisbehaves(t *testing.T) {
 		client func(ctx context.Context, c *Conn) error
 		want   string
 	}{
-		{"closes at once", func(nc net.Conn) {}, pingpong, "the peer closed the connection"},
+		// The peer reads our message first: closing with it unread would reset.
+		{"closes at once", func(nc net.Conn) { readMsg(nc, 52) }, pingpong, "the peer closed the connection"},
 		{"short message", func(nc net.Conn) { readMsg(nc, 52); nc.Write([]byte("0000:000011:bc")) }, pingpong,
 			"reading the server's address (52 bytes): the peer closed the connection after 14 bytes (a short message)"},
 		{"garbage", func(nc net.Conn) { readMsg(nc, 52); nc.Write(append(bytes.Repeat([]byte("x"), 51), 0)) }, pingpong,
