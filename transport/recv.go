@@ -156,10 +156,7 @@ func (rs *recvSide) abandon() {
 		rs.hasWrite = false
 	}
 	if rs.hasCur {
-		for i := range rs.cur.refs {
-			rs.cur.refs[i].Release()
-		}
-		rs.cur.refs = rs.cur.refs[:0]
+		rs.cur.refs = releaseRefs(rs.cur.refs)
 		rs.cur.off = 0
 	}
 	rs.inMsg = msgNone
@@ -227,46 +224,19 @@ func (rs *recvSide) popRecv() bool {
 func (rs *recvSide) scatterRecv(off uint64, data []byte) bool {
 	c := &rs.cur
 	if len(c.refs) == 0 && len(c.wr.SGL) > 0 {
-		for _, sge := range c.wr.SGL {
-			if sge.Length == 0 {
-				c.refs = append(c.refs, mem.Ref{})
-				continue
-			}
-			r, err := rs.q.env.Memory.Local(rs.q.pd, sge.LKey, sge.Addr, uint64(sge.Length), mem.LocalWrite)
-			if err != nil {
-				for i := range c.refs {
-					c.refs[i].Release()
-				}
-				c.refs = c.refs[:0]
-				return false
-			}
-			c.refs = append(c.refs, r)
+		var err error
+		if c.refs, err = resolveSGL(rs.q.env.Memory, rs.q.pd, c.wr.SGL, mem.LocalWrite, c.refs); err != nil {
+			return false
 		}
 	}
-	for i, sge := range c.wr.SGL {
-		l := uint64(sge.Length)
-		if off >= l {
-			off -= l
-			continue
-		}
-		k := min(l-off, uint64(len(data)))
-		c.refs[i].WriteAt(data[:k], int64(off))
-		data = data[k:]
-		off = 0
-		if len(data) == 0 {
-			break
-		}
-	}
+	copySGL(c.wr.SGL, c.refs, off, data, true)
 	return true
 }
 
 // completeRecv delivers the current receive WQE's completion.
 func (rs *recvSide) completeRecv(wc *WC) {
 	q := rs.q
-	for i := range rs.cur.refs {
-		rs.cur.refs[i].Release()
-	}
-	rs.cur.refs = rs.cur.refs[:0]
+	rs.cur.refs = releaseRefs(rs.cur.refs)
 	rs.hasCur = false
 	wc.WRID = rs.cur.wr.ID
 	wc.QPN = q.qpn

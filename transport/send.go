@@ -461,37 +461,20 @@ func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 
 // resolve looks up the WQE's SGEs once for the whole message.
 func (ss *sendSide) resolve(w *swqe) WCStatus {
-	if len(w.wr.SGL) == 0 {
-		return WCSuccess
-	}
 	var access mem.Access
 	switch w.wr.Opcode {
 	case WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
 		access = mem.LocalWrite // the result lands in local memory
 	}
-	w.refs = w.refs[:0]
-	for _, sge := range w.wr.SGL {
-		if sge.Length == 0 {
-			w.refs = append(w.refs, mem.Ref{})
-			continue
-		}
-		r, err := ss.q.env.Memory.Local(ss.q.pd, sge.LKey, sge.Addr, uint64(sge.Length), access)
-		if err != nil {
-			ss.q.log.Debug("send SGE lookup failed", "lkey", sge.LKey, "addr", sge.Addr, "len", sge.Length, "err", err)
-			ss.releaseRefs(w)
-			return WCLocProtErr
-		}
-		w.refs = append(w.refs, r)
+	var err error
+	if w.refs, err = resolveSGL(ss.q.env.Memory, ss.q.pd, w.wr.SGL, access, w.refs); err != nil {
+		ss.q.log.Debug("send SGE lookup failed", "wr_id", w.wr.ID, "err", err)
+		return WCLocProtErr
 	}
 	return WCSuccess
 }
 
-func (ss *sendSide) releaseRefs(w *swqe) {
-	for i := range w.refs {
-		w.refs[i].Release()
-	}
-	w.refs = w.refs[:0]
-}
+func (ss *sendSide) releaseRefs(w *swqe) { w.refs = releaseRefs(w.refs) }
 
 // finish marks a WQE done; its completion goes out in SQ order.
 func (ss *sendSide) finish(w *swqe, st WCStatus) {
@@ -710,39 +693,13 @@ func (ss *sendSide) gather(w *swqe, off uint64, dst []byte) {
 		copy(dst, w.wr.Inline[off:])
 		return
 	}
-	for i, sge := range w.wr.SGL {
-		l := uint64(sge.Length)
-		if off >= l {
-			off -= l
-			continue
-		}
-		k := min(l-off, uint64(len(dst)))
-		w.refs[i].ReadAt(dst[:k], int64(off))
-		dst = dst[k:]
-		off = 0
-		if len(dst) == 0 {
-			return
-		}
-	}
+	copySGL(w.wr.SGL, w.refs, off, dst, false)
 }
 
 // scatter copies src into the WQE's SGEs at message offset off (READ
 // responses, atomic results).
 func (ss *sendSide) scatter(w *swqe, off uint64, src []byte) {
-	for i, sge := range w.wr.SGL {
-		l := uint64(sge.Length)
-		if off >= l {
-			off -= l
-			continue
-		}
-		k := min(l-off, uint64(len(src)))
-		w.refs[i].WriteAt(src[:k], int64(off))
-		src = src[k:]
-		off = 0
-		if len(src) == 0 {
-			return
-		}
-	}
+	copySGL(w.wr.SGL, w.refs, off, src, true)
 }
 
 // checkChanged counts, once per WQE, a consumer that changed an MR or MW
