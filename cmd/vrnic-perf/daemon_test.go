@@ -5,42 +5,17 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vrnic/vrnicd/nic/nictest"
-	"github.com/vrnic/vrnicd/verbsock/server"
+	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
-// daemon is a vrnicd device (a nictest host on an in-memory link) served
-// on a Unix socket, as the real daemon serves it.
-type daemon struct {
-	host   *nictest.Host
-	socket string
-}
+// daemon is a vrnicd device served on a Unix socket.
+type daemon = servertest.Daemon
 
-func twoDaemons(t *testing.T) [2]daemon {
-	t.Helper()
-	ha, hb := nictest.Pair(t, 1500)
-	var ds [2]daemon
-	for i, h := range []*nictest.Host{ha, hb} {
-		srv, err := server.New(server.Config{Device: h.Dev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), fmt.Sprintf("vrnicd%d.sock", i))
-		l, err := server.Listen(path, -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(l)
-		t.Cleanup(func() { srv.Close() })
-		ds[i] = daemon{host: h, socket: path}
-	}
-	return ds
-}
+func twoDaemons(t *testing.T) [2]daemon { return servertest.TwoDaemons(t, 1500) }
 
 type result struct {
 	stdout, stderr string
@@ -61,7 +36,7 @@ func runPair(t *testing.T, ds [2]daemon, test string, args ...string) (srv, cli 
 	go func() {
 		defer wg.Done()
 		var o, e bytes.Buffer
-		err := run(ctx, append([]string{test, "--socket", ds[0].socket, "-p", "0"}, args...), &o, &e)
+		err := run(ctx, append([]string{test, "--socket", ds[0].Socket, "-p", "0"}, args...), &o, &e)
 		srv = result{o.String(), e.String(), err}
 		if err != nil {
 			cancel()
@@ -71,7 +46,7 @@ func runPair(t *testing.T, ds [2]daemon, test string, args ...string) (srv, cli 
 	case a := <-listening:
 		var o, e bytes.Buffer
 		port := fmt.Sprint(a.(*net.TCPAddr).Port)
-		err := run(ctx, append(append([]string{test, "--socket", ds[1].socket, "-p", port}, args...), "127.0.0.1"), &o, &e)
+		err := run(ctx, append(append([]string{test, "--socket", ds[1].Socket, "-p", port}, args...), "127.0.0.1"), &o, &e)
 		cli = result{o.String(), e.String(), err}
 		if err != nil {
 			cancel()

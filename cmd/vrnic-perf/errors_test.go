@@ -67,7 +67,7 @@ func TestPeerErrors(t *testing.T) {
 			port := fakePeer(t, tc.peer)
 			var o, e bytes.Buffer
 			start := time.Now()
-			err := run(ctx, []string{"write_bw", "--socket", ds[0].socket, "-x", "1", "-n", "5", "-p", fmt.Sprint(port), "127.0.0.1"}, &o, &e)
+			err := run(ctx, []string{"write_bw", "--socket", ds[0].Socket, "-x", "1", "-n", "5", "-p", fmt.Sprint(port), "127.0.0.1"}, &o, &e)
 			if err == nil || !strings.Contains(e.String(), tc.want) {
 				t.Fatalf("got %v, stderr %q; want %q", err, e.String(), tc.want)
 			}
@@ -77,14 +77,14 @@ func TestPeerErrors(t *testing.T) {
 		})
 	}
 	var o, e bytes.Buffer
-	if err := run(ctx, []string{"write_bw", "--socket", ds[0].socket, "-d", "mlx5_0", "127.0.0.1"}, &o, &e); err == nil || !strings.Contains(e.String(), "IB device mlx5_0 not found") {
+	if err := run(ctx, []string{"write_bw", "--socket", ds[0].Socket, "-d", "mlx5_0", "127.0.0.1"}, &o, &e); err == nil || !strings.Contains(e.String(), "IB device mlx5_0 not found") {
 		t.Errorf("-d mlx5_0: %v %q", err, e.String())
 	}
 	if err := run(ctx, []string{"write_bw", "--socket", "/nonexistent.sock", "127.0.0.1"}, &o, &e); err == nil || !strings.Contains(e.String(), "Couldn't get context for vrnicd at /nonexistent.sock") {
 		t.Errorf("no daemon: %v %q", err, e.String())
 	}
 	port := fakePeer(t, func(c net.Conn) { setup(c); c.Read(make([]byte, 1)) }) // the client fails on its GID
-	if err := run(ctx, []string{"write_bw", "--socket", ds[0].socket, "-x", "5", "-p", fmt.Sprint(port), "127.0.0.1"}, &o, &e); err == nil || !strings.Contains(e.String(), "GID index 5") {
+	if err := run(ctx, []string{"write_bw", "--socket", ds[0].Socket, "-x", "5", "-p", fmt.Sprint(port), "127.0.0.1"}, &o, &e); err == nil || !strings.Contains(e.String(), "GID index 5") {
 		t.Errorf("-x 5: %v %q", err, e.String())
 	}
 }
@@ -103,13 +103,13 @@ func TestServerGoesAway(t *testing.T) {
 	srvDone := make(chan error, 1)
 	go func() {
 		var o, e bytes.Buffer
-		srvDone <- run(sctx, []string{"send_bw", "--socket", ds[0].socket, "-x", "1", "-s", "1024", "-n", "100000000", "-p", "0"}, &o, &e)
+		srvDone <- run(sctx, []string{"send_bw", "--socket", ds[0].Socket, "-x", "1", "-s", "1024", "-n", "100000000", "-p", "0"}, &o, &e)
 	}()
 	a := <-listening
 	time.AfterFunc(500*time.Millisecond, stopServer)
 	var o, e bytes.Buffer
 	start := time.Now()
-	err := run(ctx, []string{"send_bw", "--quiet", "--socket", ds[1].socket, "-x", "1", "-s", "1024", "-n", "100000000",
+	err := run(ctx, []string{"send_bw", "--quiet", "--socket", ds[1].Socket, "-x", "1", "-s", "1024", "-n", "100000000",
 		"-p", fmt.Sprint(a.(*net.TCPAddr).Port), "127.0.0.1"}, &o, &e)
 	if err == nil || !strings.Contains(e.String(), "Completion with error at client") {
 		t.Errorf("client: %v\n%s", err, e.String())

@@ -78,7 +78,7 @@ func TestOutputMatchesPerftest(t *testing.T) {
 			if testing.Short() && strings.Contains(tc.args, "-D") {
 				t.Skip("a 2 s duration run")
 			}
-			args := append([]string{"--quiet", "-x", fmt.Sprint(ds[0].host.GIDIndex()), "-F"}, strings.Fields(tc.args)...)
+			args := append([]string{"--quiet", "-x", fmt.Sprint(ds[0].Host.GIDIndex()), "-F"}, strings.Fields(tc.args)...)
 			srv, cli := runPair(t, ds, tc.test, args...)
 			for _, side := range []struct {
 				who string

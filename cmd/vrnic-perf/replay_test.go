@@ -56,7 +56,7 @@ func TestServerAgainstKernelClients(t *testing.T) {
 			onListen = func(a net.Addr) { listening <- a }
 			defer func() { onListen = nil }()
 			f := strings.Fields(tc.args)
-			args := append([]string{f[0], "--socket", ds[0].socket, "-p", "0", "-x", fmt.Sprint(ds[0].host.GIDIndex())}, f[1:]...)
+			args := append([]string{f[0], "--socket", ds[0].Socket, "-p", "0", "-x", fmt.Sprint(ds[0].Host.GIDIndex())}, f[1:]...)
 			var out, errOut bytes.Buffer
 			done := make(chan error, 1)
 			go func() { done <- run(ctx, args, &out, &errOut) }()

@@ -5,44 +5,18 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vrnic/vrnicd/nic/nictest"
-	"github.com/vrnic/vrnicd/verbsock/server"
+	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
-// daemon is a vrnicd device (a nictest host on an in-memory link) served
-// on a Unix socket, as the real daemon serves it.
-type daemon struct {
-	host   *nictest.Host
-	socket string
-}
+// daemon is a vrnicd device served on a Unix socket.
+type daemon = servertest.Daemon
 
-// twoDaemons starts two devices joined by a link, each behind a socket.
-func twoDaemons(t *testing.T) [2]daemon {
-	t.Helper()
-	ha, hb := nictest.Pair(t, 1500)
-	var ds [2]daemon
-	for i, h := range []*nictest.Host{ha, hb} {
-		srv, err := server.New(server.Config{Device: h.Dev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), fmt.Sprintf("vrnicd%d.sock", i))
-		l, err := server.Listen(path, -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(l)
-		t.Cleanup(func() { srv.Close() })
-		ds[i] = daemon{host: h, socket: path}
-	}
-	return ds
-}
+func twoDaemons(t *testing.T) [2]daemon { return servertest.TwoDaemons(t, 1500) }
 
 // result is one tool run.
 type result struct {
@@ -64,7 +38,7 @@ func runPair(t *testing.T, ds [2]daemon, srvArgs, cliArgs []string) (srv, cli re
 	go func() {
 		defer wg.Done()
 		var o, e bytes.Buffer
-		args := append([]string{"--socket", ds[0].socket, "-p", "0", "-g", fmt.Sprint(ds[0].host.GIDIndex())}, srvArgs...)
+		args := append([]string{"--socket", ds[0].Socket, "-p", "0", "-g", fmt.Sprint(ds[0].Host.GIDIndex())}, srvArgs...)
 		err := run(ctx, args, &o, &e)
 		srv = result{o.String(), e.String(), err}
 		if err != nil {
@@ -75,7 +49,7 @@ func runPair(t *testing.T, ds [2]daemon, srvArgs, cliArgs []string) (srv, cli re
 	case a := <-listening:
 		var o, e bytes.Buffer
 		port := a.(*net.TCPAddr).Port
-		args := append([]string{"--socket", ds[1].socket, "-p", fmt.Sprint(port), "-g", fmt.Sprint(ds[1].host.GIDIndex())}, cliArgs...)
+		args := append([]string{"--socket", ds[1].Socket, "-p", fmt.Sprint(port), "-g", fmt.Sprint(ds[1].Host.GIDIndex())}, cliArgs...)
 		err := run(ctx, append(args, "127.0.0.1"), &o, &e)
 		cli = result{o.String(), e.String(), err}
 	case <-ctx.Done():
@@ -157,7 +131,7 @@ func TestPingpongErrors(t *testing.T) {
 	defer cancel()
 	runOne := func(args ...string) (string, error) {
 		var o, e bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[0].socket}, args...), &o, &e)
+		err := run(ctx, append([]string{"--socket", ds[0].Socket}, args...), &o, &e)
 		return e.String(), err
 	}
 	if msg, err := runOne("-d", "mlx5_0", "-g", "1", "127.0.0.1"); err == nil || !strings.Contains(msg, "IB device mlx5_0 not found") {

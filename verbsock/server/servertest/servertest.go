@@ -1,0 +1,42 @@
+// Package servertest runs vrnicd devices behind Unix sockets in-process, as
+// the daemon serves them, for tests of the clients (SDK users and tools).
+package servertest
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/verbsock/server"
+)
+
+// Daemon is a device (a nictest host on an in-memory link) served on a
+// Unix socket.
+type Daemon struct {
+	Host   *nictest.Host
+	Socket string
+}
+
+// TwoDaemons starts two devices joined by a link of the given MTU, each
+// behind its own socket, stopped when the test ends.
+func TwoDaemons(t testing.TB, mtu int) [2]Daemon {
+	t.Helper()
+	ha, hb := nictest.Pair(t, mtu)
+	var ds [2]Daemon
+	for i, h := range []*nictest.Host{ha, hb} {
+		srv, err := server.New(server.Config{Device: h.Dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("vrnicd%d.sock", i))
+		l, err := server.Listen(path, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+		ds[i] = Daemon{Host: h, Socket: path}
+	}
+	return ds
+}
