@@ -652,3 +652,27 @@ func TestSolicitedEventReachesTheCompletion(t *testing.T) {
 		t.Fatalf("solicited flags %v, %v; want false, true", wcs[0].Solicited, wcs[1].Solicited)
 	}
 }
+
+// QP1 (GSI) is UD with the well-known Q_Key 0x80010000 (IBA 13.5.2.1): its
+// datagrams carry that Q_Key whatever the WR says, with source QP 1, and a
+// datagram to QP1 with another Q_Key is dropped.
+func TestGSIUsesTheWellKnownQKey(t *testing.T) {
+	p := newPair(t, 18, tt.Options{Type: transport.QPTypeGSI, QPN: [2]uint32{1, 1}, QKey: wire.GSIQKey})
+	src := p.buf(t, p.a, 512, 0x1000)
+	dst := p.buf(t, p.b, 512, 0x2000)
+	var deths []wire.DETHFields
+	p.net.Tap = func(f *tt.Frame) { deths = append(deths, f.Pkt.DETH.Fields()) }
+	av := p.a.Node.AV(p.b.Node)
+	postRecv(t, p.b.QP, 1, dst.SGE(0, 512))
+	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 256)}, AH: &av, RemoteQPN: 1, RemoteQKey: 0x1234})
+	wc := p.waitWC(t, p.b.RecvCQ, 1)
+	if wc[0].Status != transport.WCSuccess || wc[0].SrcQP != 1 || wc[0].ByteLen != 256+transport.GRHLen {
+		t.Fatalf("receive %+v", wc[0])
+	}
+	if len(deths) != 1 || deths[0] != (wire.DETHFields{QKey: wire.GSIQKey, SrcQP: 1}) {
+		t.Errorf("DETH %+v, want Q_Key %#x from QP 1", deths, wire.GSIQKey)
+	}
+	if err := p.a.QP.Modify(&transport.QPAttr{State: transport.StateRTS, QKey: 0x1111}, transport.AttrState|transport.AttrQKey); !errors.Is(err, transport.ErrInvalid) {
+		t.Errorf("setting QP1's Q_Key to 0x1111: %v, want EINVAL", err)
+	}
+}
