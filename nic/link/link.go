@@ -15,8 +15,9 @@
 //   - OpenRaw opens an AF_PACKET socket on an existing interface and uses
 //     the interface's own MAC. A classic-BPF filter (RoCEFilter) can limit
 //     what is read to RoCEv2; frames the host itself sends are not read
-//     (PACKET_IGNORE_OUTGOING). Reads and writes are batched with
-//     recvmmsg/sendmmsg.
+//     (PACKET_IGNORE_OUTGOING), nor VLAN-tagged ones. Reads and writes are
+//     batched with recvmmsg/sendmmsg; checksums a local sender left partial
+//     (CHECKSUM_PARTIAL over a veth or bridge) are finished on read.
 //   - Pipe joins two in-memory Links for tests, with optional fault hooks.
 //
 // Concurrency: Read must be called from one goroutine at a time (it reuses

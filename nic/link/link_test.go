@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
 	"golang.org/x/net/bpf"
 
+	"github.com/vrnic/vrnicd/nic/internal/inetsum"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 )
@@ -336,4 +338,73 @@ func readFrames(t *testing.T, l link.Link, want int) [][]byte {
 		t.Fatalf("%s: timed out waiting for %d frames", l.Name(), want)
 	}
 	return nil
+}
+
+// TestRawFinishesLocalSendersChecksums: a kernel UDP socket sending over a
+// veth leaves its checksum for the device to finish (CHECKSUM_PARTIAL); the
+// raw link must hand the stack a frame whose UDP checksum verifies, over
+// IPv4 and IPv6.
+func TestRawFinishesLocalSendersChecksums(t *testing.T) {
+	linktest.RequireRoot(t)
+	nsA := linktest.NewNS(t, "cka")
+	nsB := linktest.NewNS(t, "ckb")
+	va, vb := linktest.UniqueName("va"), linktest.UniqueName("vb")
+	linktest.VethPair(t, nsA, va, nsB, vb)
+	nsA.Exec(t, "ip", "addr", "add", "192.0.2.1/24", "dev", va)
+	nsA.Exec(t, "ip", "addr", "add", "2001:db8::1/64", "dev", va, "nodad")
+	nsB.Exec(t, "ip", "addr", "add", "192.0.2.2/24", "dev", vb)
+	nsB.Exec(t, "ip", "addr", "add", "2001:db8::2/64", "dev", vb, "nodad")
+
+	var raw *link.Raw
+	if err := nsB.Do(func() (err error) {
+		raw, err = link.OpenRaw(link.RawConfig{Interface: vb, Filter: link.RoCEFilter()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+
+	for _, dst := range []string{"192.0.2.2", "2001:db8::2"} {
+		payload := bytes.Repeat([]byte{0x5a}, 301)
+		if err := nsA.Do(func() error {
+			c, err := net.Dial("udp", net.JoinHostPort(dst, "4791"))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write(payload)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		f := readFrames(t, raw, 1)[0]
+		src, to, udp, err := udpOf(f)
+		if err != nil {
+			t.Fatalf("%s: %v: %x", dst, err, f)
+		}
+		if !bytes.Equal(udp[8:], payload) {
+			t.Fatalf("%s: payload %x", dst, udp[8:])
+		}
+		if binary.BigEndian.Uint16(udp[6:]) == 0 || inetsum.L4(src, to, 17, udp) != 0 {
+			t.Errorf("%s: UDP checksum %#04x does not verify", dst, binary.BigEndian.Uint16(udp[6:]))
+		}
+	}
+}
+
+// udpOf splits an untagged IPv4/IPv6 UDP frame.
+func udpOf(f []byte) (src, dst netip.Addr, udp []byte, err error) {
+	if len(f) < 14+40+8 {
+		return src, dst, nil, errors.New("short frame")
+	}
+	ip := f[14:]
+	switch binary.BigEndian.Uint16(f[12:]) {
+	case 0x0800:
+		ihl := int(ip[0]&0xf) * 4
+		return netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])),
+			ip[ihl:binary.BigEndian.Uint16(ip[2:])], nil
+	case 0x86dd:
+		return netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40])),
+			ip[40 : 40+binary.BigEndian.Uint16(ip[4:])], nil
+	}
+	return src, dst, nil, errors.New("not IP")
 }

@@ -1,9 +1,11 @@
 package link
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,8 @@ import (
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/nic/internal/inetsum"
 )
 
 // RawConfig configures OpenRaw.
@@ -31,8 +35,11 @@ type RawConfig struct {
 
 // Raw is a Link over an AF_PACKET socket bound to an existing interface. It
 // sends with the interface's own MAC. Frames the host sends itself are not
-// read. Reads use recvmmsg and writes sendmmsg, so a batch costs one system
-// call; the socket sits on the Go netpoller, so Close interrupts Read.
+// read, nor frames that came VLAN-tagged (they belong to a VLAN interface on
+// top: run on that one). Reads use recvmmsg and writes sendmmsg, so a batch
+// costs one system call; the socket sits on the Go netpoller, so Close
+// interrupts Read. PACKET_AUXDATA tells which frames carry a UDP checksum a
+// local sender left partial; Read finishes it.
 //
 // MTU and HardwareAddr are read once, at OpenRaw.
 type Raw struct {
@@ -47,6 +54,7 @@ type Raw struct {
 
 	rhdrs []unix.Mmsghdr // Read scratch (one reader at a time)
 	riovs []unix.Iovec
+	rctl  []byte // PACKET_AUXDATA control messages, auxSpace per frame
 
 	wmu   sync.Mutex // guards the Write scratch
 	whdrs []unix.Mmsghdr
@@ -81,6 +89,10 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
 		return fail("PACKET_IGNORE_OUTGOING", err)
 	}
+	// The frame's checksum and VLAN state travel beside it as auxdata.
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+		return fail("PACKET_AUXDATA", err)
+	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, cfg.RecvBuffer); err != nil {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.RecvBuffer)
 	}
@@ -102,6 +114,7 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		f:       os.NewFile(uintptr(fd), "packet:"+ifi.Name),
 		rhdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		riovs:   make([]unix.Iovec, cfg.BatchSize),
+		rctl:    make([]byte, cfg.BatchSize*auxSpace),
 		whdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		wiovs:   make([]unix.Iovec, cfg.BatchSize),
 	}
@@ -165,7 +178,12 @@ func fillMmsg(hdrs []unix.Mmsghdr, iovs []unix.Iovec, bufs [][]byte, offset int)
 	}
 }
 
-// Read implements Link with one recvmmsg per batch.
+// Read implements Link with one recvmmsg per batch. Frames that arrived
+// VLAN-tagged are dropped: the tag was stripped into auxdata, and such a
+// frame belongs to a VLAN interface stacked on this one, not to it. Frames
+// whose UDP checksum the sending kernel left for the device to finish (a
+// local sender over veth or a bridge: CHECKSUM_PARTIAL) get it finished, so
+// the stack can verify it and a capture shows the value the wire would.
 func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if len(bufs) > r.batch {
 		bufs = bufs[:r.batch]
@@ -173,7 +191,24 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
+	for {
+		n, err := r.recv(bufs, sizes, offset)
+		if err != nil {
+			return 0, err
+		}
+		if n = keepFrames(bufs, sizes, offset, n, r.auxStatus); n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// recv is one recvmmsg, blocking on the netpoller until a frame is queued.
+func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
 	fillMmsg(r.rhdrs, r.riovs, bufs, offset)
+	for i := range bufs {
+		r.rhdrs[i].Hdr.Control = &r.rctl[i*auxSpace]
+		r.rhdrs[i].Hdr.SetControllen(auxSpace)
+	}
 	n := 0
 	var rerr error
 	err := r.rc.Read(func(fd uintptr) bool {
@@ -209,6 +244,91 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		err = errors.New("recvmmsg returned no frame")
 	}
 	return 0, r.fdErr(err)
+}
+
+// auxSpace is the control-message room for one tpacket_auxdata.
+var auxSpace = unix.CmsgSpace(int(unsafe.Sizeof(unix.TpacketAuxdata{})))
+
+// auxStatus is tp_status of frame i of the last recv, 0 if it carried none.
+func (r *Raw) auxStatus(i int) uint32 {
+	b := r.rctl[i*auxSpace:][:min(int(r.rhdrs[i].Hdr.Controllen), auxSpace)]
+	hdrLen := unix.CmsgLen(0)
+	if len(b) < hdrLen+int(unsafe.Sizeof(unix.TpacketAuxdata{})) {
+		return 0
+	}
+	// rctl is 8-byte aligned and auxSpace is a multiple of 8.
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	if h.Level != unix.SOL_PACKET || h.Type != unix.PACKET_AUXDATA {
+		return 0
+	}
+	return (*unix.TpacketAuxdata)(unsafe.Pointer(&b[hdrLen])).Status
+}
+
+// keepFrames applies each frame's auxdata status to the n frames read:
+// tagged ones are dropped (later frames move down to close the gap) and
+// partial checksums are finished. It returns how many frames remain.
+func keepFrames(bufs [][]byte, sizes []int, offset, n int, status func(i int) uint32) int {
+	kept := 0
+	for i := range n {
+		st := status(i)
+		if st&unix.TP_STATUS_VLAN_VALID != 0 {
+			continue
+		}
+		if kept != i {
+			sizes[kept] = copy(bufs[kept][offset:], bufs[i][offset:offset+sizes[i]])
+		}
+		if st&unix.TP_STATUS_CSUMNOTREADY != 0 {
+			finishUDPChecksum(bufs[kept][offset : offset+sizes[kept]])
+		}
+		kept++
+	}
+	return kept
+}
+
+// finishUDPChecksum computes the UDP checksum of an untagged Ethernet frame
+// carrying UDP over IPv4 or IPv6 (UDP as the first next header) in place.
+// Other frames, and frames whose lengths do not add up, are left alone: the
+// stack judges them.
+func finishUDPChecksum(f []byte) {
+	if len(f) < EthernetHeaderLen {
+		return
+	}
+	ip := f[EthernetHeaderLen:]
+	var udp []byte
+	var src, dst netip.Addr
+	switch binary.BigEndian.Uint16(f[12:]) {
+	case 0x0800:
+		if len(ip) < 20 || ip[9] != 17 {
+			return
+		}
+		ihl, total := int(ip[0]&0xf)*4, int(binary.BigEndian.Uint16(ip[2:]))
+		if ihl < 20 || total < ihl || total > len(ip) {
+			return
+		}
+		udp = ip[ihl:total]
+		src, dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+	case 0x86dd:
+		if len(ip) < 40 || ip[6] != 17 {
+			return
+		}
+		plen := int(binary.BigEndian.Uint16(ip[4:]))
+		if 40+plen > len(ip) {
+			return
+		}
+		udp = ip[40 : 40+plen]
+		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+	default:
+		return
+	}
+	if len(udp) < 8 {
+		return
+	}
+	udp[6], udp[7] = 0, 0
+	c := inetsum.L4(src, dst, 17, udp)
+	if c == 0 {
+		c = 0xffff // 0 means "no checksum" on the wire
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
 }
 
 // Write implements Link with sendmmsg, up to BatchSize frames per call.

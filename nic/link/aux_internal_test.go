@@ -1,0 +1,134 @@
+package link
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/nic/internal/inetsum"
+)
+
+// udpFrame builds an untagged Ethernet frame with UDP to port 4791 whose
+// checksum field holds partial (what a CHECKSUM_PARTIAL sender leaves).
+func udpFrame(v6 bool, payload []byte, partial uint16) []byte {
+	udp := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], 49152)
+	binary.BigEndian.PutUint16(udp[2:], 4791)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	binary.BigEndian.PutUint16(udp[6:], partial)
+	copy(udp[8:], payload)
+	var ip []byte
+	etype := uint16(0x0800)
+	if v6 {
+		etype = 0x86dd
+		ip = make([]byte, 40)
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(udp)))
+		ip[6], ip[7] = 17, 64
+		copy(ip[8:], netip.MustParseAddr("fe80::1").AsSlice())
+		copy(ip[24:], netip.MustParseAddr("fe80::2").AsSlice())
+	} else {
+		ip = make([]byte, 20)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+		ip[8], ip[9] = 64, 17
+		copy(ip[12:], []byte{192, 0, 2, 1})
+		copy(ip[16:], []byte{192, 0, 2, 2})
+		binary.BigEndian.PutUint16(ip[10:], inetsum.Checksum(ip))
+	}
+	f := make([]byte, 14, 14+len(ip)+len(udp))
+	binary.BigEndian.PutUint16(f[12:], etype)
+	return append(append(f, ip...), udp...)
+}
+
+// udpChecksumOK reports whether frame f (as built by udpFrame) carries a
+// correct, non-zero UDP checksum.
+func udpChecksumOK(t *testing.T, f []byte) bool {
+	t.Helper()
+	ip := f[14:]
+	var src, dst netip.Addr
+	var udp []byte
+	if ip[0]>>4 == 6 {
+		src, dst, udp = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40])), ip[40:]
+	} else {
+		src, dst, udp = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])), ip[20:]
+	}
+	return binary.BigEndian.Uint16(udp[6:]) != 0 && inetsum.L4(src, dst, 17, udp) == 0
+}
+
+func TestKeepFramesFinishesPartialChecksums(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		for _, size := range []int{0, 1, 13, 1000} {
+			f := udpFrame(v6, bytes.Repeat([]byte{0xa5}, size), 0x1234)
+			if udpChecksumOK(t, f) {
+				t.Fatalf("v6=%v size %d: the partial checksum already verifies", v6, size)
+			}
+			const off = 4
+			bufs := [][]byte{append(make([]byte, off), f...)}
+			sizes := []int{len(f)}
+			if n := keepFrames(bufs, sizes, off, 1, func(int) uint32 { return unix.TP_STATUS_CSUMNOTREADY }); n != 1 {
+				t.Fatalf("kept %d frames, want 1", n)
+			}
+			if got := bufs[0][off : off+sizes[0]]; !udpChecksumOK(t, got) {
+				t.Errorf("v6=%v size %d: checksum not finished: %x", v6, size, got)
+			}
+		}
+	}
+}
+
+func TestKeepFramesLeavesReadyChecksums(t *testing.T) {
+	f := udpFrame(false, []byte("payload"), 0x1234)
+	want := append([]byte(nil), f...)
+	bufs, sizes := [][]byte{f}, []int{len(f)}
+	if n := keepFrames(bufs, sizes, 0, 1, func(int) uint32 { return unix.TP_STATUS_USER | unix.TP_STATUS_CSUM_VALID }); n != 1 || !bytes.Equal(bufs[0], want) {
+		t.Fatalf("a frame with a ready checksum was changed: n=%d %x", n, bufs[0])
+	}
+}
+
+func TestKeepFramesDropsVLANTagged(t *testing.T) {
+	mk := func(b byte) []byte { return udpFrame(false, []byte{b, b, b}, 0) }
+	frames := [][]byte{mk(1), mk(2), mk(3), mk(4)}
+	bufs, sizes := make([][]byte, len(frames)), make([]int, len(frames))
+	for i, f := range frames {
+		bufs[i] = make([]byte, 2048)
+		sizes[i] = copy(bufs[i], f)
+	}
+	tagged := map[int]bool{0: true, 2: true}
+	n := keepFrames(bufs, sizes, 0, 4, func(i int) uint32 {
+		if tagged[i] {
+			return unix.TP_STATUS_VLAN_VALID
+		}
+		return 0
+	})
+	if n != 2 {
+		t.Fatalf("kept %d frames, want 2", n)
+	}
+	for i, want := range [][]byte{frames[1], frames[3]} {
+		if got := bufs[i][:sizes[i]]; !bytes.Equal(got, want) {
+			t.Errorf("frame %d = %x, want %x", i, got, want)
+		}
+	}
+}
+
+func TestFinishUDPChecksumIgnoresMalformed(t *testing.T) {
+	good := udpFrame(true, []byte("x"), 0x1234)
+	for name, f := range map[string][]byte{
+		"runt":             good[:10],
+		"short IPv6":       good[:14+39],
+		"length too big":   func() []byte { g := bytes.Clone(good); g[14+4] = 0xff; return g }(),
+		"not UDP":          func() []byte { g := bytes.Clone(good); g[14+6] = 6; return g }(),
+		"ARP":              func() []byte { g := bytes.Clone(good); g[12], g[13] = 0x08, 0x06; return g }(),
+		"IPv4 bad IHL":     func() []byte { g := udpFrame(false, nil, 1); g[14] = 0x41; return g }(),
+		"IPv4 short UDP":   func() []byte { g := udpFrame(false, nil, 1); binary.BigEndian.PutUint16(g[16:], 24); return g }(),
+		"IPv4 total > len": func() []byte { g := udpFrame(false, nil, 1); binary.BigEndian.PutUint16(g[16:], 900); return g }(),
+	} {
+		want := bytes.Clone(f)
+		finishUDPChecksum(f)
+		if !bytes.Equal(f, want) {
+			t.Errorf("%s: frame changed", name)
+		}
+	}
+}
