@@ -428,9 +428,9 @@ func (s *session) sizes() []uint64 {
 	return out
 }
 
-// bwMain is ib_write_bw's, ib_read_bw's and ib_atomic_bw's main().
-func (s *session) bwMain(ctx context.Context) error {
-	p := s.p
+// exchangeAndConnect swaps every QP's address with the peer, checks the
+// GID types agree and connects the QPs, as each test's main() does.
+func (s *session) exchangeAndConnect(ctx context.Context) error {
 	if err := s.handshakeAll(ctx, false); err != nil {
 		return err
 	}
@@ -439,6 +439,23 @@ func (s *session) bwMain(ctx context.Context) error {
 	}
 	if err := s.connect(); err != nil {
 		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
+	}
+	return nil
+}
+
+// closeComm is ctx_close_connection: the last exchange with the peer.
+func (s *session) closeComm(ctx context.Context, wait time.Duration) error {
+	if err := s.comm.Close(ctx, s.my[0], wait); err != nil {
+		return fmt.Errorf("Failed to close connection between server and client: %w", err)
+	}
+	return nil
+}
+
+// bwMain is ib_write_bw's, ib_read_bw's and ib_atomic_bw's main().
+func (s *session) bwMain(ctx context.Context) error {
+	p := s.p
+	if err := s.exchangeAndConnect(ctx); err != nil {
+		return err
 	}
 	s.printLocal()
 	if err := s.handshakeAll(ctx, true); err != nil {
@@ -458,8 +475,8 @@ func (s *session) bwMain(ctx context.Context) error {
 			return fmt.Errorf(" Failed to exchange data between server and clients: %w", err)
 		}
 		printBWReport(s.out, p, rep)
-		if err := s.comm.Close(ctx, s.my[0], 0); err != nil {
-			return fmt.Errorf("Failed to close connection between server and client: %w", err)
+		if err := s.closeComm(ctx, 0); err != nil {
+			return err
 		}
 		io.WriteString(s.out, resultLine)
 		return nil
@@ -486,8 +503,8 @@ func (s *session) bwMain(ctx context.Context) error {
 	if _, err := s.comm.ExchangeBWReports(ctx, rep, 0); err != nil {
 		return fmt.Errorf(" Failed to exchange data between server and clients: %w", err)
 	}
-	if err := s.comm.Close(ctx, s.my[0], 0); err != nil {
-		return fmt.Errorf("Failed to close connection between server and client: %w", err)
+	if err := s.closeComm(ctx, 0); err != nil {
+		return err
 	}
 	return nil
 }
@@ -495,14 +512,8 @@ func (s *session) bwMain(ctx context.Context) error {
 // sendBWMain is ib_send_bw's main().
 func (s *session) sendBWMain(ctx context.Context) error {
 	p := s.p
-	if err := s.handshakeAll(ctx, false); err != nil {
+	if err := s.exchangeAndConnect(ctx); err != nil {
 		return err
-	}
-	if err := s.checkGIDs(); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
 	}
 	if err := s.handshake(ctx, 0, 0); err != nil {
 		return err
@@ -551,8 +562,8 @@ func (s *session) sendBWMain(ctx context.Context) error {
 		}
 	}
 	io.WriteString(s.out, resultLine)
-	if err := s.comm.Close(ctx, s.my[0], runWait); err != nil {
-		return fmt.Errorf("Failed to close connection between server and client: %w", err)
+	if err := s.closeComm(ctx, runWait); err != nil {
+		return err
 	}
 	return nil
 }
@@ -566,14 +577,8 @@ func (s *session) latMain(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.handshakeAll(ctx, false); err != nil {
+	if err := s.exchangeAndConnect(ctx); err != nil {
 		return err
-	}
-	if err := s.checkGIDs(); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
 	}
 	if send {
 		if err := s.handshake(ctx, 0, 0); err != nil {
@@ -592,8 +597,8 @@ func (s *session) latMain(ctx context.Context) error {
 	oneSided := p.test.verb == verbRead || p.test.verb == verbAtomic
 	if oneSided && !p.client() {
 		// Only the client posts reads: the server waits in the close.
-		if err := s.comm.Close(ctx, s.my[0], runWait); err != nil {
-			return fmt.Errorf("Failed to close connection between server and client: %w", err)
+		if err := s.closeComm(ctx, runWait); err != nil {
+			return err
 		}
 		io.WriteString(s.out, resultLine)
 		return nil
@@ -650,13 +655,13 @@ func (s *session) latMain(ctx context.Context) error {
 		return nil // ib_write_lat ends without a closing exchange
 	case verbSend:
 		io.WriteString(s.out, resultLine)
-		if err := s.comm.Close(ctx, s.my[0], runWait); err != nil {
-			return fmt.Errorf("Failed to close connection between server and client: %w", err)
+		if err := s.closeComm(ctx, runWait); err != nil {
+			return err
 		}
 		return nil
 	}
-	if err := s.comm.Close(ctx, s.my[0], 0); err != nil {
-		return fmt.Errorf("Failed to close connection between server and client: %w", err)
+	if err := s.closeComm(ctx, 0); err != nil {
+		return err
 	}
 	io.WriteString(s.out, resultLine)
 	return nil
@@ -711,6 +716,11 @@ func (c *durClock) tick(now time.Time) {
 	}
 }
 
+// window is the sample window's start and end, in ns since base.
+func (c *durClock) window(base time.Time) (t0, t1 int64) {
+	return int64(c.t0.Sub(base)), int64(c.t1.Sub(base))
+}
+
 func (c *durClock) sampling() bool { return c.on && c.state == sampleState }
 func (c *durClock) ended() bool    { return c.on && c.state == endState }
 
@@ -737,6 +747,15 @@ func (w *idler) idle() error {
 	}
 	runtime.Gosched()
 	return nil
+}
+
+// await waits for cq to move: on its completion channel with -e (events),
+// else by yielding between busy polls.
+func (w *idler) await(cq *verbs.CQ, events bool) error {
+	if events {
+		return w.wait(cq)
+	}
+	return w.idle()
 }
 
 // wait sleeps on cq's completion channel (ctx_notify_events) and re-arms it.
@@ -867,13 +886,7 @@ func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 		}
 		got := s.scq.Poll(wc)
 		if got == 0 {
-			var err error
-			if p.events {
-				err = w.wait(s.scq)
-			} else {
-				err = w.idle()
-			}
-			if err != nil {
+			if err := w.await(s.scq, p.events); err != nil {
 				return nil, err
 			}
 			continue
@@ -906,7 +919,7 @@ func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 		run.tcompleted[0] = ns()
 	}
 	if p.isDuration {
-		run.tposted[0], run.tcompleted[0] = int64(clock.t0.Sub(base)), int64(clock.t1.Sub(base))
+		run.tposted[0], run.tcompleted[0] = clock.window(base)
 	} else {
 		run.iters = p.iters
 	}
@@ -986,13 +999,7 @@ func (s *session) runBWServer(ctx context.Context, posted []uint64) (*bwRun, err
 		}
 		got := s.rcq.Poll(wc)
 		if got == 0 {
-			var err error
-			if p.events {
-				err = w.wait(s.rcq)
-			} else {
-				err = w.idle()
-			}
-			if err != nil {
+			if err := w.await(s.rcq, p.events); err != nil {
 				return nil, err
 			}
 			continue
@@ -1028,7 +1035,7 @@ func (s *session) runBWServer(ctx context.Context, posted []uint64) (*bwRun, err
 		s.progress.update(tr, tot)
 	}
 	if p.isDuration {
-		run.tposted[0], run.tcompleted[0] = int64(clock.t0.Sub(base)), int64(clock.t1.Sub(base))
+		run.tposted[0], run.tcompleted[0] = clock.window(base)
 	} else {
 		run.tcompleted[0] = int64(time.Since(base))
 		run.iters = p.iters
@@ -1258,13 +1265,7 @@ func (s *session) pollOneUntil(cq *verbs.CQ, w *idler, clock *durClock) (verbs.W
 		if clock.ended() {
 			return verbs.WC{}, nil
 		}
-		var err error
-		if s.p.events {
-			err = w.wait(cq)
-		} else {
-			err = w.idle()
-		}
-		if err != nil {
+		if err := w.await(cq, s.p.events); err != nil {
 			return verbs.WC{}, err
 		}
 	}
