@@ -46,7 +46,7 @@ type Page struct {
 // reports true, OnRelease (if set before use) runs, and Acquire fails.
 type SliceBacking struct {
 	b         []byte
-	refs      atomic.Int64
+	refs      refCount
 	released  atomic.Bool
 	closed    atomic.Bool
 	OnRelease func()
@@ -61,24 +61,10 @@ func NewSliceBacking(b []byte) *SliceBacking {
 
 func (s *SliceBacking) Bytes() []byte { return s.b }
 
-func (s *SliceBacking) Acquire() bool {
-	for {
-		n := s.refs.Load()
-		if n <= 0 {
-			return false
-		}
-		if s.refs.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
+func (s *SliceBacking) Acquire() bool { return s.refs.tryAcquire() }
 
 func (s *SliceBacking) Release() {
-	n := s.refs.Add(-1)
-	if n < 0 {
-		panic("mem: SliceBacking released more often than acquired")
-	}
-	if n == 0 {
+	if s.refs.drop("mem: SliceBacking released more often than acquired") {
 		s.released.Store(true)
 		if s.OnRelease != nil {
 			s.OnRelease()

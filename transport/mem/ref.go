@@ -12,7 +12,7 @@ import (
 // of one registration (rereg without a new translation keeps it) and holds
 // one reference on each backing it lists.
 type region struct {
-	refs     atomic.Int64
+	refs     refCount
 	segs     [][]byte
 	shift    uint8  // log2 page size; 0 means segs[0] is the whole region
 	first    uint64 // paged: offset of the region's first byte in segs[0]
@@ -20,12 +20,8 @@ type region struct {
 }
 
 func (r *region) release() {
-	n := r.refs.Add(-1)
-	if n > 0 {
+	if !r.refs.drop("mem: region released more often than acquired") {
 		return
-	}
-	if n < 0 {
-		panic("mem: region released more often than acquired")
 	}
 	for _, b := range r.backings {
 		b.Release()

@@ -208,7 +208,7 @@ func (a *indexAlloc) free(idx uint32) {
 // replaced the table drops its reference, and the last release frees what it
 // holds: its region (MR) or its bound MR's snapshot (MW).
 type snap struct {
-	refs   atomic.Int64
+	refs   refCount
 	ent    *entry
 	gen    uint64
 	key    uint32
@@ -228,25 +228,11 @@ type snap struct {
 func (s *snap) isMR() bool { return s.kind == ObjUserMR || s.kind == ObjFastMR }
 
 // tryAcquire pins s unless it has already been retired and drained.
-func (s *snap) tryAcquire() bool {
-	for {
-		n := s.refs.Load()
-		if n <= 0 {
-			return false
-		}
-		if s.refs.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
+func (s *snap) tryAcquire() bool { return s.refs.tryAcquire() }
 
 func (s *snap) release() {
-	n := s.refs.Add(-1)
-	if n > 0 {
+	if !s.refs.drop("mem: snapshot released more often than acquired") {
 		return
-	}
-	if n < 0 {
-		panic("mem: snapshot released more often than acquired")
 	}
 	if s.reg != nil {
 		s.reg.release()
