@@ -1,27 +1,23 @@
 package interop_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vrnic/vrnicd/cmd/proctest"
 	"github.com/vrnic/vrnicd/interop/rxepeer"
 )
 
@@ -67,71 +63,13 @@ func buildTools(t testing.TB) toolSet {
 	return theTools
 }
 
-// lineLog collects a process's output line by line, so tests can wait for
-// a line and still read the whole text.
-type lineLog struct {
-	mu    sync.Mutex
-	cond  *sync.Cond
-	buf   bytes.Buffer
-	lines []string
-	eof   bool
-}
-
-func newLineLog() *lineLog {
-	l := &lineLog{}
-	l.cond = sync.NewCond(&l.mu)
-	return l
-}
-
-func (l *lineLog) consume(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		l.mu.Lock()
-		l.lines = append(l.lines, sc.Text())
-		l.buf.WriteString(sc.Text() + "\n")
-		l.cond.Broadcast()
-		l.mu.Unlock()
-	}
-	l.mu.Lock()
-	l.eof = true
-	l.cond.Broadcast()
-	l.mu.Unlock()
-}
-
-func (l *lineLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// waitLine waits up to d for a line for which match is true.
-func (l *lineLog) waitLine(d time.Duration, match func(string) bool) (string, bool) {
-	timer := time.AfterFunc(d, func() { l.mu.Lock(); l.cond.Broadcast(); l.mu.Unlock() })
-	defer timer.Stop()
-	deadline := time.Now().Add(d)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := 0; ; {
-		for ; i < len(l.lines); i++ {
-			if match(l.lines[i]) {
-				return l.lines[i], true
-			}
-		}
-		if l.eof || !time.Now().Before(deadline) {
-			return "", false
-		}
-		l.cond.Wait()
-	}
-}
-
 // hostProc is a program running inside a test namespace (ip netns exec,
 // which execs it: the PID is the program's). It gets SIGKILL if the test
 // binary dies, and is killed by t.Cleanup if still running.
 type hostProc struct {
 	argv           []string
 	cmd            *exec.Cmd
-	stdout, stderr *lineLog
+	stdout, stderr *proctest.Lines
 	done           chan struct{}
 	exit           int
 }
@@ -154,10 +92,7 @@ func startHostNice(t testing.TB, n *rxepeer.Netns, nice int, argv ...string) *ho
 	t.Helper()
 	full := append([]string{"netns", "exec", n.Name}, argv...)
 	cmd := exec.Command("ip", full...)
-	// Pdeathsig fires when the forking thread ends; the fork happens on a
-	// thread locked for the child's whole life.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &hostProc{argv: argv, cmd: cmd, stdout: newLineLog(), stderr: newLineLog(), done: make(chan struct{})}
+	p := &hostProc{argv: argv, cmd: cmd, stdout: proctest.NewLines(), stderr: proctest.NewLines(), done: make(chan struct{})}
 	so, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -166,27 +101,21 @@ func startHostNice(t testing.TB, n *rxepeer.Netns, nice int, argv ...string) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
+	if err := proctest.Start(cmd, func() {
 		if nice != 0 {
+			// Here rather than after Start returns: the PID is not
+			// reaped (and reused) before this goroutine's Wait.
 			_ = unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, nice)
 		}
-		started <- nil
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); p.stdout.consume(so) }()
-		go func() { defer wg.Done(); p.stderr.consume(se) }()
+		go func() { defer wg.Done(); p.stdout.Consume(so) }()
+		go func() { defer wg.Done(); p.stderr.Consume(se) }()
 		wg.Wait()
 		_ = cmd.Wait()
 		p.exit = cmd.ProcessState.ExitCode()
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		t.Fatalf("starting %s: %v", strings.Join(argv, " "), err)
 	}
 	t.Cleanup(p.kill)
@@ -307,7 +236,7 @@ func startDaemon(t testing.TB, n *rxepeer.Netns, name, cidr string, mtu int) *da
 	}
 	d.proc = startHost(t, n, ts.vrnicd, "--log-format", "json", "--iface", "tap:"+d.tap, "--ip", cidr,
 		"--mtu", strconv.Itoa(mtu), "--socket", d.socket, "--name", name)
-	line, ok := d.proc.stderr.waitLine(20*time.Second, func(s string) bool {
+	line, _, ok := d.proc.stderr.Wait(0, 20*time.Second, func(s string) bool {
 		var r map[string]any
 		return json.Unmarshal([]byte(s), &r) == nil && r["msg"] == "vrnicd ready"
 	})

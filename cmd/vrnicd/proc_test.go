@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/proctest"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 )
 
@@ -67,47 +65,7 @@ func binaries(t testing.TB) (vrnicd, vrnicctl string) {
 }
 
 // logBuffer collects a daemon's stderr and lets tests wait for records.
-type logBuffer struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	lines []string
-	cond  *sync.Cond
-	eof   bool
-}
-
-func newLogBuffer() *logBuffer {
-	l := &logBuffer{}
-	l.cond = sync.NewCond(&l.mu)
-	return l
-}
-
-func (l *logBuffer) consume(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		l.mu.Lock()
-		l.lines = append(l.lines, sc.Text())
-		l.buf.WriteString(sc.Text() + "\n")
-		l.cond.Broadcast()
-		l.mu.Unlock()
-	}
-	l.mu.Lock()
-	l.eof = true
-	l.cond.Broadcast()
-	l.mu.Unlock()
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.lines)
-}
+type logBuffer struct{ *proctest.Lines }
 
 // record is one JSON log record.
 type record map[string]any
@@ -116,30 +74,22 @@ type record map[string]any
 // returns it with the index after it.
 func (l *logBuffer) waitRecord(t testing.TB, from int, msg string, d time.Duration) (record, int) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	timer := time.AfterFunc(d, func() { l.mu.Lock(); l.cond.Broadcast(); l.mu.Unlock() })
-	defer timer.Stop()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := from; ; {
-		for ; i < len(l.lines); i++ {
-			var r record
-			if json.Unmarshal([]byte(l.lines[i]), &r) == nil && r["msg"] == msg {
-				return r, i + 1
-			}
-		}
-		if l.eof || time.Now().After(deadline) {
-			t.Fatalf("no %q log record within %v; log:\n%s", msg, d, l.buf.String())
-		}
-		l.cond.Wait()
+	var r record
+	_, next, ok := l.Wait(from, d, func(line string) bool {
+		r = nil
+		return json.Unmarshal([]byte(line), &r) == nil && r["msg"] == msg
+	})
+	if !ok {
+		t.Fatalf("no %q log record within %v; log:\n%s", msg, d, l.String())
 	}
+	return r, next
 }
 
 // daemonProc is one vrnicd process inside a namespace.
 type daemonProc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	log    *logBuffer
+	log    logBuffer
 	socket string
 	ready  record
 	done   chan struct{}
@@ -173,33 +123,21 @@ func spawn(t testing.TB, ns *linktest.NS, wrap, env []string, args ...string) *d
 	// The race runtime sleeps 1 s at exit by default; that is not the
 	// daemon's time.
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &daemonProc{t: t, cmd: cmd, log: newLogBuffer(), done: make(chan struct{})}
+	p := &daemonProc{t: t, cmd: cmd, log: logBuffer{proctest.NewLines()}, done: make(chan struct{})}
 	for i, a := range args {
 		if a == "--socket" && i+1 < len(args) {
 			p.socket = args[i+1]
 		}
 	}
-	// Pdeathsig fires when the thread that forked exits, and Go ends
-	// threads (those of NS.Do, for one), so the fork happens on a thread
-	// locked for as long as the daemon lives.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.log.consume(stderr)
+	if err := proctest.Start(cmd, func() {
+		p.log.Consume(stderr)
 		p.err = cmd.Wait()
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -237,7 +175,7 @@ func (p *daemonProc) wait(d time.Duration) (int, bool) {
 // device groups of the next counters record.
 func (p *daemonProc) counters() (netstack, device map[string]float64) {
 	p.t.Helper()
-	from := p.log.count()
+	from := p.log.Len()
 	p.signal(syscall.SIGUSR1)
 	r, _ := p.log.waitRecord(p.t, from, "counters", 5*time.Second)
 	return group(r, "netstack"), group(r, "device")

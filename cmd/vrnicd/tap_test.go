@@ -118,14 +118,14 @@ func TestTAPDaemon(t *testing.T) {
 			t.Fatal("QueryGID of index 5000 succeeded")
 		}
 	}
-	from := d.log.count()
+	from := d.log.Len()
 	badRequest()
 	d.log.waitRecord(t, from, "verbsock client disconnected", 5*time.Second)
 	d.counters() // records are written in order: any debug record is in by now
 	if strings.Contains(d.log.String(), `"level":"DEBUG"`) {
 		t.Fatal("debug records at log level info")
 	}
-	from = d.log.count()
+	from = d.log.Len()
 	// A bad file changes nothing.
 	extra = "mtu = \"big\"\n"
 	writeConfig("debug", "192.0.2.10/24")
@@ -140,7 +140,7 @@ func TestTAPDaemon(t *testing.T) {
 	}
 	// The pcap is rotated away (logrotate's create mode) at the same time;
 	// the MTU cannot change while running, and says so.
-	from = d.log.count()
+	from = d.log.Len()
 	extra = "mtu = 9000\n"
 	writeConfig("debug", "192.0.2.10/24", "192.0.2.11/24", "2001:db8::10/64")
 	if err := os.Rename(pcap, pcap+".1"); err != nil {
@@ -167,7 +167,7 @@ func TestTAPDaemon(t *testing.T) {
 	if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", "192.0.2.11"); err != nil {
 		t.Fatalf("ping the address added by SIGHUP: %v\n%s", err, out)
 	}
-	from = d.log.count()
+	from = d.log.Len()
 	badRequest()
 	if r, _ := d.log.waitRecord(t, from, "verbsock request failed", 5*time.Second); r["level"] != "DEBUG" {
 		t.Fatalf("record %v", r)
