@@ -25,15 +25,15 @@ func TestEventsAndProgress(t *testing.T) {
 			}
 			srv, cli := runPair(t, ds, tc.test, append([]string{"-x", "1", "--quiet"}, strings.Fields(tc.args)...)...)
 			for who, r := range map[string]result{"server": srv, "client": cli} {
-				if r.err != nil {
-					t.Fatalf("%s: %v\n%s%s", who, r.err, r.stdout, r.stderr)
+				if r.Err != nil {
+					t.Fatalf("%s: %v\n%s%s", who, r.Err, r.Stdout, r.Stderr)
 				}
 			}
-			if strings.Contains(tc.args, "-e") && !strings.Contains(cli.stdout, " Test with events. Using vrnic1_comp0\n") {
-				t.Errorf("no events line:\n%s", cli.stdout)
+			if strings.Contains(tc.args, "-e") && !strings.Contains(cli.Stdout, " Test with events. Using vrnic1_comp0\n") {
+				t.Errorf("no events line:\n%s", cli.Stdout)
 			}
-			if n := strings.Count(cli.stdout, "\n"); n < 20 {
-				t.Errorf("client output:\n%s", cli.stdout)
+			if n := strings.Count(cli.Stdout, "\n"); n < 20 {
+				t.Errorf("client output:\n%s", cli.Stdout)
 			}
 		})
 	}
@@ -41,10 +41,10 @@ func TestEventsAndProgress(t *testing.T) {
 	defer func(d time.Duration) { progressEvery = d }(progressEvery)
 	progressEvery = 10 * time.Millisecond
 	srv, cli := runPair(t, ds, "write_bw", "-x", "1", "-s", "4096", "-n", "3000")
-	if srv.err != nil || cli.err != nil {
-		t.Fatalf("%v %v", srv.err, cli.err)
+	if srv.Err != nil || cli.Err != nil {
+		t.Fatalf("%v %v", srv.Err, cli.Err)
 	}
-	if !strings.Contains(cli.stderr, "vrnic-perf: ") || !strings.Contains(cli.stderr, " of 3000 iterations (") || strings.Contains(cli.stdout, "vrnic-perf:") {
-		t.Errorf("progress: stderr %q", cli.stderr)
+	if !strings.Contains(cli.Stderr, "vrnic-perf: ") || !strings.Contains(cli.Stderr, " of 3000 iterations (") || strings.Contains(cli.Stdout, "vrnic-perf:") {
+		t.Errorf("progress: stderr %q", cli.Stderr)
 	}
 }

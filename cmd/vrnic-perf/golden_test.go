@@ -84,15 +84,15 @@ func TestOutputMatchesPerftest(t *testing.T) {
 				who string
 				r   result
 			}{{"srv", srv}, {"cli", cli}} {
-				if side.r.err != nil {
-					t.Fatalf("%s: %v\n%s%s", side.who, side.r.err, side.r.stdout, side.r.stderr)
+				if side.r.Err != nil {
+					t.Fatalf("%s: %v\n%s%s", side.who, side.r.Err, side.r.Stdout, side.r.Stderr)
 				}
 				want, err := os.ReadFile(filepath.Join("testdata", tc.ref+"."+side.who+".out"))
 				if err != nil {
 					t.Fatal(err)
 				}
 				dur := strings.Contains(tc.args, "-D")
-				got, exp := skeleton(side.r.stdout, dur), skeleton(string(want), dur)
+				got, exp := skeleton(side.r.Stdout, dur), skeleton(string(want), dur)
 				if strings.Join(got, "\n") != strings.Join(exp, "\n") {
 					t.Errorf("%s: output differs from perftest's:\n%s", side.who, diff(exp, got))
 				}

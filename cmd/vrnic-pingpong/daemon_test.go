@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
@@ -19,43 +18,20 @@ type daemon = servertest.Daemon
 func twoDaemons(t *testing.T) [2]daemon { return servertest.TwoDaemons(t, 1500) }
 
 // result is one tool run.
-type result struct {
-	stdout, stderr string
-	err            error
-}
+type result = tooltest.Result
 
 // runPair runs a server with srvArgs on daemon 0 and a client with
 // cliArgs on daemon 1 (the server's address appended), in-process.
 func runPair(t *testing.T, ds [2]daemon, srvArgs, cliArgs []string) (srv, cli result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	listening := make(chan net.Addr, 1)
-	onListen = func(a net.Addr) { listening <- a }
-	defer func() { onListen = nil }()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var o, e bytes.Buffer
-		args := append([]string{"--socket", ds[0].Socket, "-p", "0", "-g", fmt.Sprint(ds[0].Host.GIDIndex())}, srvArgs...)
-		err := run(ctx, args, &o, &e)
-		srv = result{o.String(), e.String(), err}
-		if err != nil {
-			cancel()
-		}
-	}()
-	select {
-	case a := <-listening:
-		var o, e bytes.Buffer
-		port := a.(*net.TCPAddr).Port
-		args := append([]string{"--socket", ds[1].Socket, "-p", fmt.Sprint(port), "-g", fmt.Sprint(ds[1].Host.GIDIndex())}, cliArgs...)
-		err := run(ctx, append(args, "127.0.0.1"), &o, &e)
-		cli = result{o.String(), e.String(), err}
-	case <-ctx.Done():
-	}
-	wg.Wait()
-	return srv, cli
+	// A failed client leaves the server running: TestPingpongPeerFails
+	// watches it give up on its own.
+	tool := tooltest.Tool{Run: run, OnListen: &onListen}
+	return tool.RunPair(60*time.Second,
+		append([]string{"--socket", ds[0].Socket, "-p", "0", "-g", fmt.Sprint(ds[0].Host.GIDIndex())}, srvArgs...),
+		func(port string) []string {
+			return append([]string{"--socket", ds[1].Socket, "-p", port, "-g", fmt.Sprint(ds[1].Host.GIDIndex())}, cliArgs...)
+		})
 }
 
 func TestPingpongTwoDaemons(t *testing.T) {
@@ -74,12 +50,12 @@ func TestPingpongTwoDaemons(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, cli := runPair(t, ds, tc.args, tc.args)
 			for who, r := range map[string]result{"server": srv, "client": cli} {
-				if r.err != nil {
-					t.Fatalf("%s: %v\nstdout:\n%sstderr:\n%s", who, r.err, r.stdout, r.stderr)
+				if r.Err != nil {
+					t.Fatalf("%s: %v\nstdout:\n%sstderr:\n%s", who, r.Err, r.Stdout, r.Stderr)
 				}
-				t.Logf("%s:\n%s", who, r.stdout)
+				t.Logf("%s:\n%s", who, r.Stdout)
 			}
-			checkOutput(t, tc.args, srv.stdout, cli.stdout)
+			checkOutput(t, tc.args, srv.Stdout, cli.Stdout)
 		})
 	}
 }
@@ -162,11 +138,11 @@ func TestPingpongPeerFails(t *testing.T) {
 	args := []string{"-m", "4096", "-s", "3000", "-n", "2"}
 	start := time.Now()
 	srv, cli := runPair(t, ds, args, args)
-	if cli.err == nil || !strings.Contains(cli.err.Error(), "Failed status transport retry counter exceeded (12) for wr_id 2") {
-		t.Errorf("client: %v", cli.err)
+	if cli.Err == nil || !strings.Contains(cli.Err.Error(), "Failed status transport retry counter exceeded (12) for wr_id 2") {
+		t.Errorf("client: %v", cli.Err)
 	}
-	if srv.err == nil || !strings.Contains(srv.err.Error(), "no completion for 2s after 0 sends and 0 receives") {
-		t.Errorf("server: %v", srv.err)
+	if srv.Err == nil || !strings.Contains(srv.Err.Error(), "no completion for 2s after 0 sends and 0 receives") {
+		t.Errorf("server: %v", srv.Err)
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("took %v", d)
