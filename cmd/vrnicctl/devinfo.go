@@ -26,23 +26,27 @@ func openDevice(path string) (*verbs.Device, error) {
 	return d, nil
 }
 
+// withDevice adds --socket to fs and makes the command's run: connect to
+// the daemon, run f on its device, disconnect.
+func withDevice(fs *flag.FlagSet, f func(d *verbs.Device, stdout io.Writer) error) runFunc {
+	sock := socketFlag(fs)
+	return func(_ []string, stdout, _ io.Writer) error {
+		d, err := openDevice(*sock)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return f(d, stdout)
+	}
+}
+
 func init() {
 	register(&command{
 		Name:    "devinfo",
 		Args:    "[--socket PATH]",
 		Summary: "print the device and port attributes and the GID table, laid out as ibv_devinfo -v",
 		NArgs:   0,
-		Setup: func(fs *flag.FlagSet) runFunc {
-			sock := socketFlag(fs)
-			return func(_ []string, stdout, _ io.Writer) error {
-				d, err := openDevice(*sock)
-				if err != nil {
-					return err
-				}
-				defer d.Close()
-				return devinfo(d, stdout)
-			}
-		},
+		Setup:   func(fs *flag.FlagSet) runFunc { return withDevice(fs, devinfo) },
 	})
 }
 

@@ -18,13 +18,7 @@ func init() {
 		NArgs:   0,
 		Setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, `print one JSON object: {"qps": [{"qpn": N, "type": "RC", "state": "RTS", ...}]}`)
-			sock := socketFlag(fs)
-			return func(_ []string, stdout, _ io.Writer) error {
-				d, err := openDevice(*sock)
-				if err != nil {
-					return err
-				}
-				defer d.Close()
+			return withDevice(fs, func(d *verbs.Device, stdout io.Writer) error {
 				qps, err := d.ListQPs()
 				if err != nil {
 					return err
@@ -33,7 +27,7 @@ func init() {
 					return qpJSON(qps, stdout)
 				}
 				return qpText(qps, stdout)
-			}
+			})
 		},
 	})
 }
