@@ -15,20 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		os.Exit(1)
-	}
-}
+func main() { tool.Main(run) }
 
 // run is the whole program: parse, run one test, report on stdout;
 // diagnostics on stderr. The returned error has been printed there.

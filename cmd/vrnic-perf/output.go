@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
 // The text perftest 4.5 prints (perftest_parameters.h, ctx_print_test_info,
@@ -36,19 +36,8 @@ func cx(v uint64, width int) string {
 	return "0x" + h
 }
 
-// cf formats v as C's "%.<prec>f", which spells infinities and NaNs
-// "inf" and "-nan" where Go says "+Inf" and "NaN".
-func cf(v float64, prec int) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "inf"
-	case math.IsInf(v, -1):
-		return "-inf"
-	case math.IsNaN(v):
-		return "-nan"
-	}
-	return strconv.FormatFloat(v, 'f', prec, 64)
-}
+// cf is C's "%.<prec>f".
+func cf(v float64, prec int) string { return tool.CFloat(v, prec) }
 
 // lf is C's "%-<width>.<prec>f".
 func lf(v float64, width, prec int) string { return fmt.Sprintf("%-*s", width, cf(v, prec)) }

@@ -17,18 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		os.Exit(1)
-	}
-}
+func main() { tool.Main(run) }
 
 // run is the whole program: it parses args, runs one pingpong and writes
 // the tool's output to stdout, diagnostics to stderr. The error it returns

@@ -3,11 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
-	"strconv"
 	"time"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
 // The lines rdma-core's pingpong examples print, character for character.
@@ -36,16 +35,5 @@ func printSummary(w io.Writer, size, iters int, elapsed time.Duration) {
 		iters, cf(float64(usec)/1000000.), cf(float64(usec/float32(iters))))
 }
 
-// cf formats like C's "%.2f", which spells infinities and NaNs "inf",
-// "-inf", "-nan" (0/0 on x86 is the negative default NaN).
-func cf(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "inf"
-	case math.IsInf(v, -1):
-		return "-inf"
-	case math.IsNaN(v):
-		return "-nan"
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
-}
+// cf is C's "%.2f".
+func cf(v float64) string { return tool.CFloat(v, 2) }
