@@ -170,21 +170,8 @@ func mtuEnum(bytes int) verbs.MTU {
 func (s *session) establish(ctx context.Context) error {
 	p := s.p
 	var err error
-	if p.client() {
-		if s.conn, err = oob.Dial(ctx, "tcp4", p.servername, p.port); err != nil {
-			return fmt.Errorf("Couldn't connect to %s:%d: %w", p.servername, p.port, err)
-		}
-	} else {
-		l, err := oob.Listen("tcp4", fmt.Sprintf(":%d", p.port))
-		if err != nil {
-			return fmt.Errorf("Couldn't listen to port %d: %w", p.port, err)
-		}
-		if onListen != nil {
-			onListen(l.Addr())
-		}
-		if s.conn, err = l.Accept(ctx); err != nil {
-			return fmt.Errorf("accept() failed: %w", err)
-		}
+	if s.conn, err = oob.Connect(ctx, "tcp4", p.servername, p.port, onListen); err != nil {
+		return err
 	}
 	s.comm = s.conn.Perftest(p.client())
 	if _, err := s.comm.ExchangeVersions(ctx, oob.PerftestVersion); err != nil {

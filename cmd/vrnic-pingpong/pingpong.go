@@ -296,29 +296,17 @@ func (s *session) exchange(ctx context.Context) error {
 		local = make([]oob.PingpongDest, oob.SRQPingpongSlots)
 		copy(local, s.local)
 	}
+	conn, err := oob.Connect(ctx, "tcp", cfg.servername, cfg.port, onListen)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
 	var remote []oob.PingpongDest
 	if cfg.servername != "" {
-		conn, err := oob.Dial(ctx, "tcp", cfg.servername, cfg.port)
-		if err != nil {
-			return fmt.Errorf("Couldn't connect to %s:%d: %w", cfg.servername, cfg.port, err)
-		}
-		defer conn.Close()
 		if remote, err = conn.PingpongClient(ctx, local); err != nil {
 			return fmt.Errorf("Couldn't read/write remote address: %w", err)
 		}
 	} else {
-		l, err := oob.Listen("tcp", fmt.Sprintf(":%d", cfg.port))
-		if err != nil {
-			return fmt.Errorf("Couldn't listen to port %d: %w", cfg.port, err)
-		}
-		if onListen != nil {
-			onListen(l.Addr())
-		}
-		conn, err := l.Accept(ctx)
-		if err != nil {
-			return fmt.Errorf("accept() failed: %w", err)
-		}
-		defer conn.Close()
 		remote, err = conn.PingpongServer(ctx, local, func(r []oob.PingpongDest) error {
 			s.remote = r[:len(s.qps)]
 			if err := s.connect(); err != nil {

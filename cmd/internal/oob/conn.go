@@ -203,3 +203,29 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	}
 	return NewConn(nc), nil
 }
+
+// Connect makes the tools' TCP connection: with a server name the client
+// dials server:port, else the server listens on port, tells onListen (if
+// not nil) the address and accepts its one client. The errors read as
+// the kernel tools', which vrnic-pingpong and vrnic-perf both print.
+func Connect(ctx context.Context, network, server string, port int, onListen func(net.Addr)) (*Conn, error) {
+	if server != "" {
+		c, err := Dial(ctx, network, server, port)
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't connect to %s:%d: %w", server, port, err)
+		}
+		return c, nil
+	}
+	l, err := Listen(network, fmt.Sprintf(":%d", port))
+	if err != nil {
+		return nil, fmt.Errorf("Couldn't listen to port %d: %w", port, err)
+	}
+	if onListen != nil {
+		onListen(l.Addr())
+	}
+	c, err := l.Accept(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("accept() failed: %w", err)
+	}
+	return c, nil
+}

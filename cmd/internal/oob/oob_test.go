@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -409,6 +410,40 @@ func TestAcceptCancel(t *testing.T) {
 	defer cancel()
 	if _, err := l.Accept(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Connect pairs a server on a free port (onListen says which) with a
+// client, and words its failures as the kernel tools do.
+func TestConnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	port := make(chan int, 1)
+	srv := make(chan error, 1)
+	go func() {
+		c, err := Connect(ctx, "tcp4", "", 0, func(a net.Addr) { port <- a.(*net.TCPAddr).Port })
+		if err == nil {
+			c.Close()
+		}
+		srv <- err
+	}()
+	p := <-port
+	c, err := Connect(ctx, "tcp4", "127.0.0.1", p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := <-srv; err != nil {
+		t.Fatal(err)
+	}
+	// Nothing listens on p any more: the server accepted its one client.
+	if _, err := Connect(ctx, "tcp4", "127.0.0.1", p, nil); err == nil || !strings.HasPrefix(err.Error(), fmt.Sprintf("Couldn't connect to 127.0.0.1:%d: ", p)) {
+		t.Errorf("dial nobody: %v", err)
+	}
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	if _, err := Connect(short, "tcp4", "", 0, nil); err == nil || !strings.HasPrefix(err.Error(), "accept() failed: ") {
+		t.Errorf("accept nobody: %v", err)
 	}
 }
 
