@@ -52,20 +52,8 @@ func (t *Table) Remote(pd PD, qpn uint32, rkey uint32, va, length uint64, access
 	}
 	for {
 		s := e.snap.Load()
-		if s == nil || s.state == StateInvalid {
-			return Ref{}, mkerr(OpRemote, KindNoObject)
-		}
-		if s.key != rkey {
-			return Ref{}, mkerr(OpRemote, KindKeyMismatch)
-		}
-		if s.state != StateValid {
-			return Ref{}, mkerr(OpRemote, KindWrongState)
-		}
-		if s.pd != pd {
-			return Ref{}, mkerr(OpRemote, KindWrongPD)
-		}
-		if s.access&access != access {
-			return Ref{}, mkerr(OpRemote, KindAccessDenied)
+		if k := s.admit(rkey, pd, qpn, access); k != KindNone {
+			return Ref{}, mkerr(OpRemote, k)
 		}
 		var off uint64
 		if length != 0 || access&flushAccess == 0 {
@@ -84,6 +72,29 @@ func (t *Table) Remote(pd PD, qpn uint32, rkey uint32, va, length uint64, access
 	}
 }
 
+// admit is the part of every lookup's checks that does not depend on the
+// address, in the order the package comment gives: a live object under all
+// 32 bits of key, VALID (a window also bound), in pd, a type 2B window bound
+// to qpn, rights including access. It is small enough to be inlined, so a
+// lookup stays one call; the address checks differ and stay with each.
+func (s *snap) admit(key uint32, pd PD, qpn uint32, access Access) ErrKind {
+	switch {
+	case s == nil || s.state == StateInvalid:
+		return KindNoObject
+	case s.key != key:
+		return KindKeyMismatch
+	case s.state != StateValid || !s.isMR() && s.parent == nil:
+		return KindWrongState
+	case s.pd != pd:
+		return KindWrongPD
+	case s.kind == ObjMW2B && s.qpn != qpn:
+		return KindWrongQP
+	case s.access&access != access:
+		return KindAccessDenied
+	}
+	return KindNone
+}
+
 func (t *Table) remoteMW(pd PD, qpn, rkey uint32, va, length uint64, access Access, write bool) (Ref, error) {
 	e := t.mws.get(KeyIndex(rkey))
 	if e == nil {
@@ -91,23 +102,8 @@ func (t *Table) remoteMW(pd PD, qpn, rkey uint32, va, length uint64, access Acce
 	}
 	for {
 		s := e.snap.Load()
-		if s == nil || s.state == StateInvalid {
-			return Ref{}, mkerr(OpRemote, KindNoObject)
-		}
-		if s.key != rkey {
-			return Ref{}, mkerr(OpRemote, KindKeyMismatch)
-		}
-		if s.state != StateValid || s.parent == nil {
-			return Ref{}, mkerr(OpRemote, KindWrongState)
-		}
-		if s.pd != pd {
-			return Ref{}, mkerr(OpRemote, KindWrongPD)
-		}
-		if s.kind == ObjMW2B && s.qpn != qpn {
-			return Ref{}, mkerr(OpRemote, KindWrongQP)
-		}
-		if s.access&access != access {
-			return Ref{}, mkerr(OpRemote, KindAccessDenied)
+		if k := s.admit(rkey, pd, qpn, access); k != KindNone {
+			return Ref{}, mkerr(OpRemote, k)
 		}
 		// The window is [s.iova, s.iova+s.length) of its MR's IOVA space;
 		// a zero-based window is addressed from 0. rxe checks only the MR's
@@ -156,20 +152,8 @@ func (t *Table) Local(pd PD, lkey uint32, va, length uint64, access Access) (Ref
 	}
 	for {
 		s := e.snap.Load()
-		if s == nil || s.state == StateInvalid {
-			return Ref{}, mkerr(OpLocal, KindNoObject)
-		}
-		if s.key != lkey {
-			return Ref{}, mkerr(OpLocal, KindKeyMismatch)
-		}
-		if s.state != StateValid {
-			return Ref{}, mkerr(OpLocal, KindWrongState)
-		}
-		if s.pd != pd {
-			return Ref{}, mkerr(OpLocal, KindWrongPD)
-		}
-		if s.access&access != access {
-			return Ref{}, mkerr(OpLocal, KindAccessDenied)
+		if k := s.admit(lkey, pd, 0, access); k != KindNone {
+			return Ref{}, mkerr(OpLocal, k)
 		}
 		off, ok := inRange(s.iova, s.length, va, length)
 		if !ok {
