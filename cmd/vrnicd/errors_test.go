@@ -46,11 +46,7 @@ func TestBinaryBadConfig(t *testing.T) {
 // touched; the server's socket stays.
 func TestBinarySocketInUse(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "vrnicd.sock")
-	live, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
+	liveSocket(t, sock)
 	code, stderr := runFail(t, nil, "--iface", "tap:vrnicdtest0", "--socket", sock)
 	if code != exitFail {
 		t.Errorf("exit status %d, want %d", code, exitFail)
@@ -75,12 +71,7 @@ func TestBinaryStartErrors(t *testing.T) {
 	sock := filepath.Join(dir, "vrnicd.sock")
 
 	// A stale socket is replaced (and said so).
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
+	staleSocket(t, sock)
 	tap := linktest.UniqueName("vt")
 	d := startDaemon(t, ns, nil, "--iface", "tap:"+tap, "--socket", sock)
 	d.log.waitRecord(t, 0, "replaced a stale socket left by a daemon that is gone", time.Second)

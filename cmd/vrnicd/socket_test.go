@@ -48,12 +48,8 @@ func TestSocketCreatedWithModeAndGroup(t *testing.T) {
 
 func TestSocketInUse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vrnicd.sock")
-	live, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
-	_, _, err = listenSocket(path, -1)
+	liveSocket(t, path)
+	_, _, err := listenSocket(path, -1)
 	if err == nil || err.Error() != "socket "+path+" is in use by a running vrnicd" {
 		t.Fatalf("err = %v", err)
 	}
@@ -72,6 +68,17 @@ func TestSocketInUseByOtherProgram(t *testing.T) {
 	if _, _, err = listenSocket(path, -1); err == nil || !strings.Contains(err.Error(), "in use by another program") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// liveSocket listens on path as a running vrnicd does (SOCK_SEQPACKET)
+// until the test ends.
+func liveSocket(t *testing.T, path string) {
+	t.Helper()
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
 }
 
 // staleSocket leaves a socket file nobody listens on, as a killed daemon
