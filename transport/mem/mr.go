@@ -59,18 +59,12 @@ func (t *Table) RegMR(pd PD, b Backing, offset, length, iova uint64, access Acce
 	if k != KindNone {
 		return 0, mkerr(OpVerb, k)
 	}
-	idx, ok := t.mrIdx.alloc()
+	key, ok := t.create(p, &snap{pd: pd, state: StateValid, kind: ObjUserMR,
+		access: access, iova: iova, length: length, reg: reg})
 	if !ok {
 		reg.release()
 		return 0, mkerr(OpVerb, KindNoSpace)
 	}
-	e := t.mrs.make(idx)
-	e.mu.Lock()
-	key := t.newKey(idx, e)
-	publish(e, &snap{gen: nextGen(e), key: key, pd: pd, state: StateValid, kind: ObjUserMR,
-		access: access, iova: iova, length: length, reg: reg})
-	e.mu.Unlock()
-	p.mrs++
 	return key, nil
 }
 
@@ -217,16 +211,10 @@ func (t *Table) AllocMR(pd PD, maxPages int) (uint32, error) {
 	if p == nil {
 		return 0, mkerr(OpVerb, KindNoObject)
 	}
-	idx, ok := t.mrIdx.alloc()
+	key, ok := t.create(p, &snap{pd: pd, state: StateFree, kind: ObjFastMR, maxPages: uint32(maxPages)})
 	if !ok {
 		return 0, mkerr(OpVerb, KindNoSpace)
 	}
-	e := t.mrs.make(idx)
-	e.mu.Lock()
-	key := t.newKey(idx, e)
-	publish(e, &snap{gen: nextGen(e), key: key, pd: pd, state: StateFree, kind: ObjFastMR, maxPages: uint32(maxPages)})
-	e.mu.Unlock()
-	p.mrs++
 	return key, nil
 }
 

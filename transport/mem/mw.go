@@ -20,14 +20,11 @@ func (t *Table) AllocMW(pd PD, typ MWType) (uint32, error) {
 	if p == nil {
 		return 0, mkerr(OpVerb, KindNoObject)
 	}
-	idx, ok := t.mwIdx.alloc()
+	key, ok := t.create(p, &snap{pd: pd, state: state, kind: kind})
 	if !ok {
 		return 0, mkerr(OpVerb, KindNoSpace)
 	}
-	e := t.mws.make(idx)
-	publish(e, &snap{gen: nextGen(e), key: t.newKey(idx, e), pd: pd, state: state, kind: kind})
-	p.mws++
-	return e.snap.Load().key, nil
+	return key, nil
 }
 
 // liveMW returns the entry and snapshot of the window named by key's index.

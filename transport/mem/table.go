@@ -304,6 +304,28 @@ func (t *Table) newKey(idx uint32, e *entry) uint32 {
 	return MakeKey(idx, b)
 }
 
+// create gives s, a new MR or MW of PD p, the next free index of its key
+// range and a fresh key, and publishes it. It reports false, publishing
+// nothing, when the range is full. Caller holds t.mu.
+func (t *Table) create(p *pdInfo, s *snap) (uint32, bool) {
+	dir, ix, count := &t.mrs, &t.mrIdx, &p.mrs
+	if !s.isMR() {
+		dir, ix, count = &t.mws, &t.mwIdx, &p.mws
+	}
+	idx, ok := ix.alloc()
+	if !ok {
+		return 0, false
+	}
+	e := dir.make(idx)
+	e.mu.Lock()
+	key := t.newKey(idx, e)
+	s.gen, s.key = nextGen(e), key
+	publish(e, s)
+	e.mu.Unlock()
+	*count++
+	return key, true
+}
+
 // AllocPD makes a protection domain.
 func (t *Table) AllocPD() (PD, error) {
 	t.mu.Lock()
