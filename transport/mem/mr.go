@@ -68,25 +68,37 @@ func (t *Table) RegMR(pd PD, b Backing, offset, length, iova uint64, access Acce
 	return key, nil
 }
 
-// liveMR returns the entry and snapshot of the MR named by key's index in
-// pd. Caller holds t.mu; the entry's mu is locked on success.
-func (t *Table) liveMR(op Op, pd PD, key uint32) (*entry, *snap, error) {
+// lockMR locks the entry of the MR named by key's index (the key byte is not
+// checked) and returns it with its snapshot, loaded under the lock so that
+// no REG_MR or LOCAL_INV can replace it meanwhile. With KindNoObject (no
+// live MR there) nothing is left locked.
+func (t *Table) lockMR(key uint32) (*entry, *snap, ErrKind) {
 	if !IsMRKey(key) {
-		return nil, nil, mkerr(op, KindNoObject)
+		return nil, nil, KindNoObject
 	}
 	e := t.mrs.get(KeyIndex(key))
 	if e == nil {
-		return nil, nil, mkerr(op, KindNoObject)
+		return nil, nil, KindNoObject
 	}
 	e.mu.Lock()
 	s := e.snap.Load()
 	if s == nil || s.state == StateInvalid {
 		e.mu.Unlock()
-		return nil, nil, mkerr(op, KindNoObject)
+		return nil, nil, KindNoObject
 	}
-	if s.pd != pd {
+	return e, s, KindNone
+}
+
+// liveMR returns the entry and snapshot of the MR named by key's index in
+// pd. Caller holds t.mu; the entry's mu is locked on success.
+func (t *Table) liveMR(op Op, pd PD, key uint32) (*entry, *snap, error) {
+	e, s, k := t.lockMR(key)
+	if k == KindNone && s.pd != pd {
 		e.mu.Unlock()
-		return nil, nil, mkerr(op, KindWrongPD)
+		k = KindWrongPD
+	}
+	if k != KindNone {
+		return nil, nil, mkerr(op, k)
 	}
 	return e, s, nil
 }
@@ -254,19 +266,12 @@ func (t *Table) FastReg(pd PD, key uint32, pages []Page, pageSize uint32, iova, 
 			return mkerr(OpFastReg, KindInvalidArg)
 		}
 	}
-	if !IsMRKey(key) {
-		return mkerr(OpFastReg, KindNoObject)
+	e, s, k := t.lockMR(key)
+	if k != KindNone {
+		return mkerr(OpFastReg, k)
 	}
-	e := t.mrs.get(KeyIndex(key))
-	if e == nil {
-		return mkerr(OpFastReg, KindNoObject)
-	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.snap.Load()
 	switch {
-	case s == nil || s.state == StateInvalid:
-		return mkerr(OpFastReg, KindNoObject)
 	case s.kind != ObjFastMR:
 		return mkerr(OpFastReg, KindWrongType)
 	case s.pd != pd:
@@ -303,16 +308,12 @@ func (t *Table) FastReg(pd PD, key uint32, pages []Page, pageSize uint32, iova, 
 // Invalidating a FREE MR with its current key succeeds and changes nothing,
 // as in rxe.
 func (t *Table) invalidateMR(op Op, pd PD, key uint32) error {
-	e := t.mrs.get(KeyIndex(key))
-	if e == nil {
-		return mkerr(op, KindNoObject)
+	e, s, k := t.lockMR(key)
+	if k != KindNone {
+		return mkerr(op, k)
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.snap.Load()
 	switch {
-	case s == nil || s.state == StateInvalid:
-		return mkerr(op, KindNoObject)
 	case s.key != key:
 		return mkerr(op, KindKeyMismatch)
 	case s.pd != pd:

@@ -146,19 +146,11 @@ func (t *Table) bind(pd PD, qpn, key, mrKey uint32, addr, length uint64, access 
 		publish(e, &snap{gen: s.gen + 1, key: key, pd: pd, state: StateValid, kind: s.kind})
 		return nil
 	}
-	if !IsMRKey(mrKey) {
-		return mkerr(op, KindNoObject)
+	me, ms, k := t.lockMR(mrKey)
+	if k != KindNone {
+		return mkerr(op, k)
 	}
-	me := t.mrs.get(KeyIndex(mrKey))
-	if me == nil {
-		return mkerr(op, KindNoObject)
-	}
-	me.mu.Lock()
-	ms := me.snap.Load()
-	k := KindNone
 	switch {
-	case ms == nil || ms.state == StateInvalid:
-		k = KindNoObject
 	case ms.key != mrKey:
 		k = KindKeyMismatch
 	case ms.state != StateValid:
