@@ -52,7 +52,7 @@ func (t *Table) Remote(pd PD, qpn uint32, rkey uint32, va, length uint64, access
 	}
 	for {
 		s := e.snap.Load()
-		if k := s.admit(rkey, pd, qpn, access); k != KindNone {
+		if k := s.admit(rkey, pd, qpn, access, false); k != KindNone {
 			return Ref{}, mkerr(OpRemote, k)
 		}
 		var off uint64
@@ -77,17 +77,19 @@ func (t *Table) Remote(pd PD, qpn uint32, rkey uint32, va, length uint64, access
 // 32 bits of key, VALID (a window also bound), in pd, a type 2B window bound
 // to qpn, rights including access. It is small enough to be inlined, so a
 // lookup stays one call; the address checks differ and stay with each.
-func (s *snap) admit(key uint32, pd PD, qpn uint32, access Access) ErrKind {
+// window is a constant at each call: an MR's lookup compiles without the
+// window checks, which could not fail for an MR.
+func (s *snap) admit(key uint32, pd PD, qpn uint32, access Access, window bool) ErrKind {
 	switch {
 	case s == nil || s.state == StateInvalid:
 		return KindNoObject
 	case s.key != key:
 		return KindKeyMismatch
-	case s.state != StateValid || !s.isMR() && s.parent == nil:
+	case s.state != StateValid || window && s.parent == nil:
 		return KindWrongState
 	case s.pd != pd:
 		return KindWrongPD
-	case s.kind == ObjMW2B && s.qpn != qpn:
+	case window && s.kind == ObjMW2B && s.qpn != qpn:
 		return KindWrongQP
 	case s.access&access != access:
 		return KindAccessDenied
@@ -102,7 +104,7 @@ func (t *Table) remoteMW(pd PD, qpn, rkey uint32, va, length uint64, access Acce
 	}
 	for {
 		s := e.snap.Load()
-		if k := s.admit(rkey, pd, qpn, access); k != KindNone {
+		if k := s.admit(rkey, pd, qpn, access, true); k != KindNone {
 			return Ref{}, mkerr(OpRemote, k)
 		}
 		// The window is [s.iova, s.iova+s.length) of its MR's IOVA space;
@@ -152,7 +154,7 @@ func (t *Table) Local(pd PD, lkey uint32, va, length uint64, access Access) (Ref
 	}
 	for {
 		s := e.snap.Load()
-		if k := s.admit(lkey, pd, 0, access); k != KindNone {
+		if k := s.admit(lkey, pd, 0, access, false); k != KindNone {
 			return Ref{}, mkerr(OpLocal, k)
 		}
 		off, ok := inRange(s.iova, s.length, va, length)
