@@ -13,16 +13,20 @@ import (
 // SendSource is a send queue the client fills (a shared-memory ring). The
 // send owner copies the next WR with Peek and takes it with Consume once the
 // engine has it. wr.SGL and wr.Inline may alias the source's buffers until
-// Consume. A WR that failed validation comes with wr.Fault set.
+// Consume. A WR that failed validation comes with wr.Fault set. Retire
+// tells the source how many taken WRs the engine still holds; the slots of
+// the others go back to the client.
 type SendSource interface {
 	Peek(wr *transport.SendWR) bool
 	Consume()
+	Retire(queued int)
 }
 
 // RecvSource is the same for a receive queue.
 type RecvSource interface {
 	Peek(wr *transport.RecvWR) bool
 	Consume()
+	Retire(queued int)
 }
 
 // QPConfig is what CreateQP takes.
@@ -96,7 +100,8 @@ func (d *Device) CreateQP(cfg QPConfig) (*QP, error) {
 		sendCalls: make(chan postReq), recvCalls: make(chan postReq)}
 	tq, err := transport.NewQP(&d.env, transport.QPConfig{QPN: qpn, Type: cfg.Type, PD: cfg.PD, Cap: c,
 		SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ, SRQ: cfg.SRQ, SQSigAll: cfg.SQSigAll,
-		Hooks: transport.Hooks{WakeSend: q.NotifySend, WakeRecv: q.NotifyRecv, Event: q.event}})
+		Hooks: transport.Hooks{WakeSend: q.NotifySend, WakeRecv: q.NotifyRecv, Event: q.event,
+			SendRetired: q.retireSend, RecvRetired: q.retireRecv}})
 	if err != nil {
 		_ = d.mem.ReleasePD(cfg.PD)
 		return nil, err
@@ -122,6 +127,20 @@ func (d *Device) allocQPN() uint32 {
 		if _, used := d.qps[n]; !used {
 			return n
 		}
+	}
+}
+
+// retireSend and retireRecv run on their side's owner, inside the engine,
+// before a completion is pushed.
+func (q *QP) retireSend() {
+	if q.sq != nil {
+		q.sq.Retire(q.tq.SendQueued())
+	}
+}
+
+func (q *QP) retireRecv() {
+	if q.rq != nil {
+		q.rq.Retire(q.tq.RecvQueued())
 	}
 }
 
@@ -284,9 +303,10 @@ func (q *QP) drainAndRun(wr *transport.SendWR) time.Time {
 				q.sq.Consume()
 			}
 		}
-		before := q.tq.Info().Outstanding
+		before := q.tq.SendQueued()
 		next := q.tq.RunSend()
-		if !full || q.tq.Info().Outstanding >= before {
+		q.retireSend() // catch up on WQEs retired between a PostSend and its Consume
+		if !full || q.tq.SendQueued() >= before {
 			return next
 		}
 	}
@@ -311,6 +331,7 @@ func (q *QP) drainRecv(wr *transport.RecvWR) {
 		}
 		q.rq.Consume()
 	}
+	q.retireRecv()
 }
 
 func (q *QP) recvLoop() {

@@ -77,6 +77,13 @@ type Hooks struct {
 	WakeRecv func()
 	// Event reports an asynchronous event.
 	Event func(qpn uint32, ev Event)
+	// SendRetired and RecvRetired are called by that side's owner each
+	// time a WQE leaves the engine, before its completion (if any) is
+	// pushed: a ring hands the WQE's slot back then, so that a client that
+	// polled a completion can always post again (ibv_post_* ENOMEM counts
+	// WQEs not yet completed).
+	SendRetired func()
+	RecvRetired func()
 }
 
 // Env is what an engine QP needs from the device around it.

@@ -241,6 +241,33 @@ func (q *QP) Info() Info {
 	}
 }
 
+// SendQueued is how many send WQEs the engine holds and has not completed.
+// Send owner only: a ring hands a slot back when its WQE leaves this count.
+func (q *QP) SendQueued() int { return int(q.snd.tail - q.snd.head) }
+
+// RecvQueued is how many receive WQEs of the QP's own RQ the engine holds
+// and has not completed (0 with an SRQ). Receive owner only.
+func (q *QP) RecvQueued() int {
+	rs := &q.rcv
+	n := int(rs.rqTail - rs.rqHead)
+	if rs.hasCur && q.srq == nil {
+		n++
+	}
+	return n
+}
+
+func (q *QP) retiredSend() {
+	if q.hooks.SendRetired != nil {
+		q.hooks.SendRetired()
+	}
+}
+
+func (q *QP) retiredRecv() {
+	if q.hooks.RecvRetired != nil {
+		q.hooks.RecvRetired()
+	}
+}
+
 // Destroy moves the QP to ERR so that both owners flush their queues; the
 // caller stops the owners after their last run.
 func (q *QP) Destroy() {

@@ -238,6 +238,7 @@ func (rs *recvSide) completeRecv(wc *WC) {
 	q := rs.q
 	rs.cur.refs = releaseRefs(rs.cur.refs)
 	rs.hasCur = false
+	q.retiredRecv()
 	wc.WRID = rs.cur.wr.ID
 	wc.QPN = q.qpn
 	if !q.recvCQ.Push(wc) {
@@ -274,8 +275,10 @@ func (rs *recvSide) flush() {
 	if q.srq != nil {
 		return // SRQ WQEs stay for the other QPs
 	}
-	for ; rs.rqHead < rs.rqTail; rs.rqHead++ {
+	for rs.rqHead < rs.rqTail {
 		wr := rs.rq[rs.rqHead&rs.rqMask]
+		rs.rqHead++
+		q.retiredRecv()
 		rs.wc = WC{WRID: wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
 		q.recvCQ.Push(&rs.wc)
 	}

@@ -806,6 +806,7 @@ func (ss *sendSide) complete() {
 		}
 		ss.releaseRefs(w)
 		ss.head++
+		q.retiredSend()
 		if q.sigAll || w.wr.Flags&SendSignaled != 0 || w.status != WCSuccess {
 			ss.wc = WC{WRID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), ByteLen: uint32(w.length), QPN: q.qpn}
 			if !q.sendCQ.Push(&ss.wc) {
@@ -828,9 +829,11 @@ func (ss *sendSide) complete() {
 // flush completes every remaining WQE with WR_FLUSH_ERR.
 func (ss *sendSide) flush() {
 	q := ss.q
-	for ; ss.head < ss.tail; ss.head++ {
+	for ss.head < ss.tail {
 		w := ss.slot(ss.head)
 		ss.releaseRefs(w)
+		ss.head++
+		q.retiredSend()
 		ss.wc = WC{WRID: w.wr.ID, Status: WCWRFlushErr, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn}
 		q.sendCQ.Push(&ss.wc)
 	}

@@ -15,6 +15,7 @@ type consumer struct {
 	entries uint64
 	esize   int
 	head    uint64 // private: never read back from the mapping
+	freed   uint64 // the consumer index published: slots below it are the producer's again
 	corrupt atomic.Bool
 }
 
@@ -64,9 +65,23 @@ func (c *consumer) next() ([]byte, error) {
 	return c.m[off : off+c.esize : off+c.esize], nil
 }
 
-func (c *consumer) consume() {
-	c.head++
-	storeCons(c.m, c.head)
+// consume takes the entry at head. Its slot stays the consumer's until
+// Retire hands it back.
+func (c *consumer) consume() { c.head++ }
+
+// Retire hands back to the producer the slots of every consumed entry but
+// the last queued ones, which the engine still holds: the published
+// consumer index is head − queued, and it never moves back. The QP owners
+// call it as WQEs complete, so a full ring means max_wr WQEs not yet
+// completed, as ibv_post_send and ibv_post_recv count them.
+func (c *consumer) Retire(queued int) {
+	if queued < 0 || uint64(queued) > c.head {
+		return
+	}
+	if v := c.head - uint64(queued); v > c.freed {
+		c.freed = v
+		storeCons(c.m, v)
+	}
 }
 
 // Corrupt reports whether the ring was stopped because its producer index
@@ -300,8 +315,12 @@ func decodeRegMR(b, area []byte, cfg *SQConfig) (*transport.RegMRWR, transport.W
 	}
 	np := int(le.Uint16(b[sqeNumPages:]))
 	if np == 0 { // contiguous: pages at mem offset, offset+page_size, ...
+		// Bound the length first so that the page count cannot wrap.
+		if r.Length > uint64(cfg.MaxPages)*ps {
+			return nil, transport.WCLocQPOpErr
+		}
 		need := ((r.IOVA & (ps - 1)) + r.Length + ps - 1) / ps
-		if need > uint64(cfg.MaxPages) {
+		if need == 0 || need > uint64(cfg.MaxPages) {
 			return nil, transport.WCLocQPOpErr
 		}
 		bk, ok := cfg.Resolver.Mem(le.Uint32(o[12:]))

@@ -292,8 +292,33 @@ func TestRingFullAndIndices(t *testing.T) {
 	var wr transport.SendWR
 	q.Peek(&wr)
 	q.Consume()
+	// Taken is not completed: the slot is the engine's until Retire.
+	if p.Room() != 0 || loadCons(m) != 0 {
+		t.Fatalf("room %d cons %d after a consume the engine still holds", p.Room(), loadCons(m))
+	}
+	for _, bad := range []int{-1, 2} { // more than taken, or negative: nothing moves
+		q.Retire(bad)
+		if loadCons(m) != 0 {
+			t.Fatalf("Retire(%d) published consumer index %d", bad, loadCons(m))
+		}
+	}
+	q.Retire(0)
 	if p.Room() != 1 || loadCons(m) != 1 {
-		t.Fatalf("room %d cons %d after one consume", p.Room(), loadCons(m))
+		t.Fatalf("room %d cons %d after one retirement", p.Room(), loadCons(m))
+	}
+	q.Peek(&wr)
+	q.Consume()
+	q.Retire(2) // as if the engine held more than it does: never moves back
+	if loadCons(m) != 1 {
+		t.Fatalf("consumer index moved back to %d", loadCons(m))
+	}
+	q.Retire(1)
+	if loadCons(m) != 1 {
+		t.Fatalf("consumer index %d with the second WR still held", loadCons(m))
+	}
+	q.Retire(0)
+	if p.Room() != 2 || loadCons(m) != 2 {
+		t.Fatalf("room %d cons %d after both retired", p.Room(), loadCons(m))
 	}
 }
 
@@ -505,6 +530,7 @@ func TestSPSCConcurrent(t *testing.T) {
 			}
 			q.Consume()
 			want++
+			q.Retire(int(want % 5)) // an engine holding a few WRs, completing in bursts
 		}
 	}()
 	for i := uint64(0); i < total; {

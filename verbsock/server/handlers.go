@@ -865,6 +865,9 @@ func (c *conn) drainSRQ(o *srqObj) {
 		// Any other error is a WQE the SRQ refuses; it is dropped (the ring
 		// decoder already bounded its SGEs, so this does not happen).
 		o.rq.Consume()
+		// An SRQ's slot goes back when the SRQ takes the WQE: QPs on other
+		// owners complete its WQEs, and nothing there could wake this drain.
+		o.rq.Retire(0)
 	}
 }
 

@@ -1,13 +1,5 @@
 package verbs
 
-// RecvQueueDrained reports whether the daemon has taken every receive WR
-// posted to q's ring (tests use it to order a post before a peer's send).
-func RecvQueueDrained(q *QP) bool {
-	q.rqMu.Lock()
-	defer q.rqMu.Unlock()
-	return q.rq != nil && q.rq.Room() == int(q.attr.Cap.MaxRecvWR)
-}
-
 // SQRing, RQRing and CQRing expose a queue's shared memory to tests that
 // play a hostile client.
 func SQRing(q *QP) []byte  { return q.sqm }

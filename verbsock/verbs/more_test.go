@@ -28,7 +28,9 @@ func TestUDWithAH(t *testing.T) {
 	if err := b.qp.PostRecv(verbs.RecvWR{ID: 7, SGL: []verbs.SGE{b.mr.SGE(0, 40+512)}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "receive taken by the daemon", func() bool { return verbs.RecvQueueDrained(b.qp) })
+	// No wait for the daemon to take it: the receive owner reads the RQ
+	// ring before every request, so a receive posted before the send is
+	// there for the datagram.
 	if err := a.qp.PostSend(verbs.SendWR{ID: 8, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, AH: ah,
 		RemoteQPN: b.qp.QPN(), RemoteQKey: 0x2222, SGL: []verbs.SGE{a.mr.SGE(0, 16)}}); err != nil {
 		t.Fatal(err)
@@ -582,5 +584,106 @@ func TestPostSendChecks(t *testing.T) {
 	}
 	if err := a.qp.PostSend(verbs.SendWR{}); !errors.Is(err, syscall.ENODEV) {
 		t.Fatalf("post to a destroyed QP: %v", err)
+	}
+}
+
+// ibv_post_send and ibv_post_recv count WRs not yet completed, not WRs the
+// daemon has read: with max_send_wr SENDs held back by RNR NAKs (the peer
+// has no receive posted) the next post is ENOMEM, and so is a receive past
+// max_recv_wr; once a completion has been polled, a post always succeeds.
+func TestQueueDepthCountsUncompletedWRs(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	pd, _ := d.AllocPD()
+	const depth = 8
+	mk := func() *side {
+		s := newSide(t, d, e.host, verbs.QPTypeRC, nil, pd)
+		if err := s.qp.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		q, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
+			Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := q.Cap(); c.MaxSendWR != depth || c.MaxRecvWR != depth {
+			t.Fatalf("caps %+v, want %d WRs each way", c, depth)
+		}
+		s.qp = q
+		return s
+	}
+	a, b := mk(), mk()
+	connect(t, a, b)
+	send := func(i int) error {
+		return a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{a.mr.SGE(uint64(i)*8, 8)}})
+	}
+	for i := range depth {
+		if err := send(i); err != nil {
+			t.Fatalf("send %d of %d: %v", i, depth, err)
+		}
+	}
+	// The daemon takes all of them at once and the peer answers RNR; the
+	// queue stays full however long it is given.
+	for range 50 {
+		if err := send(depth); !errors.Is(err, syscall.ENOMEM) {
+			t.Fatalf("send past max_send_wr with none completed: %v, want ENOMEM", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	recv := func(s *side, i int) error {
+		return s.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{s.mr.SGE(uint64(i)*8, 8)}})
+	}
+	// a posts a full RQ that nothing consumes: the next receive is ENOMEM.
+	for i := range depth {
+		if err := recv(a, i); err != nil {
+			t.Fatalf("receive %d of %d: %v", i, depth, err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := recv(a, depth); !errors.Is(err, syscall.ENOMEM) {
+		t.Fatalf("receive past max_recv_wr with none completed: %v, want ENOMEM", err)
+	}
+	// b posts receives one at a time; every polled send completion frees a
+	// slot at once, and every polled receive completion on b does too.
+	next := depth
+	for i := range 3 * depth {
+		if err := recv(b, i); err != nil {
+			t.Fatalf("b receive %d: %v", i, err)
+		}
+		got := pollN(t, a.scq, 1)
+		if got[0].Status != verbs.WCSuccess || got[0].WRID != uint64(i) {
+			t.Fatalf("send completion %d: %+v", i, got[0])
+		}
+		if err := send(next); err != nil {
+			t.Fatalf("send after polling completion %d: %v (a polled completion must free its slot)", i, err)
+		}
+		next++
+		if r := pollN(t, b.rcq, 1); r[0].Status != verbs.WCSuccess {
+			t.Fatalf("b receive completion %d: %+v", i, r[0])
+		}
+	}
+	// b's receive queue: fill it, complete one, poll, post one more.
+	for i := range depth {
+		if err := recv(b, 100+i); err != nil {
+			t.Fatalf("b fill %d: %v", i, err)
+		}
+	}
+	if err := recv(b, 200); !errors.Is(err, syscall.ENOMEM) {
+		t.Fatalf("b receive past max_recv_wr: %v, want ENOMEM", err)
+	}
+	for i := range depth {
+		got := pollN(t, b.rcq, 1)
+		if got[0].Status != verbs.WCSuccess {
+			t.Fatalf("b receive completion: %+v", got[0])
+		}
+		if err := recv(b, 300+i); err != nil {
+			t.Fatalf("receive after polling completion %d: %v (a polled completion must free its slot)", i, err)
+		}
+		pollN(t, a.scq, 1)
+		if err := send(next); err != nil {
+			t.Fatalf("send %d: %v", next, err)
+		}
+		next++
 	}
 }

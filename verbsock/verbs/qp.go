@@ -278,7 +278,9 @@ func (q *QP) ringBell() {
 
 // PostSend posts send work requests (ibv_post_send). It writes them to the
 // send queue ring and rings the doorbell if the daemon is idle; no request
-// goes through the socket.
+// goes through the socket. With Cap().MaxSendWR WRs posted and not yet
+// completed it fails with ENOMEM (a *PostError naming the first WR not
+// posted); each polled completion frees a slot.
 func (q *QP) PostSend(wrs ...SendWR) error {
 	q.sqMu.Lock()
 	defer q.sqMu.Unlock()
@@ -406,7 +408,9 @@ func opAllowed(t QPType, o WROpcode) bool {
 	return false
 }
 
-// PostRecv posts receive work requests (ibv_post_recv).
+// PostRecv posts receive work requests (ibv_post_recv). With
+// Cap().MaxRecvWR receives posted and not yet completed it fails with
+// ENOMEM.
 func (q *QP) PostRecv(wrs ...RecvWR) error {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
