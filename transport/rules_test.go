@@ -256,6 +256,40 @@ func TestRetryExhaustedIsRetryExcErr(t *testing.T) {
 	}
 }
 
+// C9-140: the transport timer starts when the request packet is sent. An
+// owner that spends time between reading the clock and handing the batch to
+// the link (descheduled, a slow link write) must not take that time out of
+// the peer's timeout: the retransmission leaves a whole timeout after the
+// first copy left.
+func TestRetransmitTimerStartsWhenThePacketLeaves(t *testing.T) {
+	p := newPair(t, 16, tt.Options{RetryCnt: tt.U8(1), Timeout: 14})
+	src := p.buf(t, p.a, 4096, 0x1000)
+	dst := p.buf(t, p.b, 4096, 0x2000)
+	const stall = 3 * time.Millisecond
+	var left []time.Time
+	p.net.Faults.Drop = func(f *tt.Frame) bool {
+		if f.From != p.a.Node {
+			return false
+		}
+		if len(left) == 0 {
+			p.net.Clock.Advance(stall) // the first batch takes this long to reach the wire
+		}
+		left = append(left, p.net.Clock.Now())
+		return true
+	}
+	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
+	if wc := p.waitWC(t, p.a.SendCQ, 1); wc[0].Status != transport.WCRetryExcErr {
+		t.Fatalf("status %v, want RETRY_EXC_ERR (every copy dropped)", wc[0].Status)
+	}
+	if len(left) != 2 {
+		t.Fatalf("%d copies sent, want 2 (retry_cnt 1)", len(left))
+	}
+	if gap, want := left[1].Sub(left[0]), transport.LocalAckTimeout(14); gap < want {
+		t.Errorf("retransmitted %v after the first copy left, want at least the timeout %v", gap, want)
+	}
+}
+
 // IBA 9.7.5.2.x error NAKs: the requester completes the WQE with the
 // matching status, moves to ERR and flushes the rest; the responder is in
 // ERR too and flushes its receives.

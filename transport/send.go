@@ -86,7 +86,12 @@ type sendSide struct {
 	// every acknowledgement that makes progress, stopped when nothing is
 	// outstanding. Zero means stopped.
 	deadline time.Time
-	rnrWake  time.Time // waiting out an RNR NAK until then; zero: not waiting
+	// armAtFlush: a packet that starts the deadline is queued; it is armed
+	// when the batch has been handed to the link, from a fresh clock
+	// reading, so that time the owner spent building (or descheduled)
+	// before the frame left is never taken out of the peer's timeout.
+	armAtFlush *qpSnap
+	rnrWake    time.Time // waiting out an RNR NAK until then; zero: not waiting
 	rnrPSN   wire.PSN
 
 	inRetry   bool // a retry from retryFrom started and no progress since
@@ -160,7 +165,7 @@ func (ss *sendSide) reset() {
 	}
 	ss.head, ss.issue, ss.net, ss.tail = 0, 0, 0, 0
 	ss.rdInFlight, ss.noAck = 0, 0
-	ss.deadline, ss.rnrWake = time.Time{}, time.Time{}
+	ss.deadline, ss.rnrWake, ss.armAtFlush = time.Time{}, time.Time{}, nil
 	ss.inRetry, ss.stopIssue, ss.drained = false, false, false
 	ss.state = StateReset
 }
@@ -612,7 +617,8 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe, now time.Time) bool {
 			ss.hi = end
 		}
 		if wasIdle || ss.deadline.IsZero() {
-			ss.armTimer(s, now)
+			ss.deadline = time.Time{}
+			ss.armAtFlush = s
 		}
 	}
 	w.sent++
@@ -720,12 +726,15 @@ func (ss *sendSide) checkChanged(w *swqe) {
 }
 
 func (ss *sendSide) flushTx() {
-	if len(ss.tx) == 0 {
-		return
+	if len(ss.tx) > 0 {
+		ss.q.env.Out.Send(ss.tx)
+		clear(ss.tx)
+		ss.tx = ss.tx[:0]
 	}
-	ss.q.env.Out.Send(ss.tx)
-	clear(ss.tx)
-	ss.tx = ss.tx[:0]
+	if s := ss.armAtFlush; s != nil {
+		ss.armAtFlush = nil
+		ss.armTimer(s, ss.q.env.Clock.Now())
+	}
 }
 
 // retry rewinds the network cursor to the WQE holding PSN from. WRITE and
@@ -776,7 +785,7 @@ func (ss *sendSide) timeout(s *qpSnap, now time.Time) {
 	ss.retryLeft--
 	q.inc(CompleterRetryErr)
 	ss.retry(ss.comp)
-	ss.armTimer(s, now)
+	ss.armAtFlush = s // restarted when the retransmission has left
 }
 
 // oldestActive is the oldest network WQE still waiting for its response.
@@ -839,7 +848,7 @@ func (ss *sendSide) flush() {
 	}
 	ss.issue, ss.net = ss.tail, ss.tail
 	ss.rdInFlight = 0
-	ss.deadline, ss.rnrWake = time.Time{}, time.Time{}
+	ss.deadline, ss.rnrWake, ss.armAtFlush = time.Time{}, time.Time{}, nil
 	ss.stopIssue = false
 	ss.comp = ss.hi
 }
