@@ -92,7 +92,7 @@ type sendSide struct {
 	// before the frame left is never taken out of the peer's timeout.
 	armAtFlush *qpSnap
 	rnrWake    time.Time // waiting out an RNR NAK until then; zero: not waiting
-	rnrPSN   wire.PSN
+	rnrPSN     wire.PSN
 
 	inRetry   bool // a retry from retryFrom started and no progress since
 	retryFrom wire.PSN
