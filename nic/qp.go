@@ -305,7 +305,6 @@ func (q *QP) drainAndRun(wr *transport.SendWR) time.Time {
 		}
 		before := q.tq.SendQueued()
 		next := q.tq.RunSend()
-		q.retireSend() // catch up on WQEs retired between a PostSend and its Consume
 		if !full || q.tq.SendQueued() >= before {
 			return next
 		}
@@ -331,7 +330,6 @@ func (q *QP) drainRecv(wr *transport.RecvWR) {
 		}
 		q.rq.Consume()
 	}
-	q.retireRecv()
 }
 
 func (q *QP) recvLoop() {

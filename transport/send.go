@@ -290,10 +290,10 @@ func (q *QP) RunSend() time.Time {
 		ss.armTimer(s, now)
 	}
 	if !ss.deadline.IsZero() && !now.Before(ss.deadline) && ss.rnrWake.IsZero() {
-		ss.timeout(s, now)
+		ss.timeout(s)
 	}
 	for budget := maxRunPackets; budget > 0 && q.State() != StateErr; {
-		sent, more := ss.transmit(s, now, budget)
+		sent, more := ss.transmit(s, budget)
 		budget -= sent
 		ss.complete()
 		if !more {
@@ -347,7 +347,7 @@ func (ss *sendSide) armTimer(s *qpSnap, now time.Time) {
 }
 
 // transmit sends up to budget packets. more is false when it has to wait.
-func (ss *sendSide) transmit(s *qpSnap, now time.Time, budget int) (sent int, more bool) {
+func (ss *sendSide) transmit(s *qpSnap, budget int) (sent int, more bool) {
 	for sent < budget {
 		if ss.net < ss.issue {
 			w := ss.slot(ss.net)
@@ -355,7 +355,7 @@ func (ss *sendSide) transmit(s *qpSnap, now time.Time, budget int) (sent int, mo
 				ss.net++
 				continue
 			}
-			if !ss.sendNext(s, w, now) {
+			if !ss.sendNext(s, w) {
 				return sent, false
 			}
 			sent++
@@ -517,7 +517,7 @@ func (ss *sendSide) execLocal(w *swqe) WCStatus {
 
 // sendNext sends the WQE's next request packet. false: the PSN window is
 // full.
-func (ss *sendSide) sendNext(s *qpSnap, w *swqe, now time.Time) bool {
+func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 	q := ss.q
 	mtu := uint64(s.mtu)
 	var psn wire.PSN
@@ -768,7 +768,7 @@ func (ss *sendSide) retry(from wire.PSN) {
 }
 
 // timeout handles an expired retransmit deadline.
-func (ss *sendSide) timeout(s *qpSnap, now time.Time) {
+func (ss *sendSide) timeout(s *qpSnap) {
 	q := ss.q
 	ss.deadline = time.Time{}
 	if !ss.outstanding() {
