@@ -287,7 +287,7 @@ func (q *QP) RunSend() time.Time {
 	if !ss.rnrWake.IsZero() && !now.Before(ss.rnrWake) {
 		ss.rnrWake = time.Time{}
 		ss.retry(ss.rnrPSN)
-		ss.armTimer(s, now)
+		ss.armAtFlush = s // as after a timeout: from when the resend has left
 	}
 	if !ss.deadline.IsZero() && !now.Before(ss.deadline) && ss.rnrWake.IsZero() {
 		ss.timeout(s)
