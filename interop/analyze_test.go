@@ -91,3 +91,60 @@ func TestTCPListening(t *testing.T) {
 		t.Error("port 8080 is ESTABLISHED, not LISTEN")
 	}
 }
+
+// The one loss a ping-pong cannot survive, told apart from losses RC
+// recovers from. The requester's QP 0x11 sends to the finisher's QP 0x22;
+// frames are seen on the requester's TAP (s) and the finisher's (f).
+func TestLostLastAck(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for _, stuckVrnicd := range []bool{true, false} {
+		// toVrnicd is "from the guest" on both TAPs.
+		req := func(at float64, psn uint32) capFrame {
+			return capFrame{at: ms(at), toVrnicd: !stuckVrnicd, op: wire.RCSendOnly, qp: 0x22, psn: psn, ackReq: true}
+		}
+		ack := func(at float64, psn uint32) capFrame {
+			return capFrame{at: ms(at), toVrnicd: stuckVrnicd, op: wire.RCAcknowledge, qp: 0x11, psn: psn, hasAETH: true}
+		}
+		// Message 100 completes; message 101's ACK leaves the finisher
+		// and is lost; two retransmissions of 101 find nobody.
+		s := []capFrame{req(0, 100), ack(2, 100), req(3, 101), req(70, 101), req(137, 101)}
+		f := []capFrame{req(0.1, 100), ack(1.9, 100), req(3.1, 101), ack(3.5, 101), req(70.1, 101), req(137.1, 101)}
+		pick := func(s, f []capFrame) (frames, guest []capFrame) {
+			if stuckVrnicd {
+				return s, f
+			}
+			return f, s
+		}
+		name := map[bool]string{true: "vrnicd waits", false: "the guest waits"}[stuckVrnicd]
+		t.Run(name, func(t *testing.T) {
+			frames, guest := pick(s, f)
+			why, ok := lostLastAck(frames, guest, stuckVrnicd)
+			if !ok || !strings.Contains(why, "the ACK of psn 0x000065 left the finisher's TAP at 3.500 ms") || !strings.Contains(why, "2 retransmitted packets") {
+				t.Errorf("not recognised: %v %q", ok, why)
+			}
+			if _, ok := lostLastAck(frames, guest, !stuckVrnicd); ok {
+				t.Error("recognised with the roles swapped")
+			}
+		})
+		for _, neg := range []struct {
+			name string
+			s, f []capFrame
+		}{
+			{"the ACK arrived", append(s[:len(s):len(s)], ack(3.6, 101)), f},
+			{"the finisher answered every retransmission", s, []capFrame{req(0.1, 100), ack(1.9, 100), req(3.1, 101), ack(3.5, 101),
+				req(70.1, 101), ack(70.5, 101), req(137.1, 101), ack(137.5, 101)}},
+			{"only requests the finisher never acknowledged go unanswered", []capFrame{req(0, 100), ack(2, 100), req(3, 101), req(70, 101)},
+				[]capFrame{req(0.1, 100), ack(1.9, 100), req(3.1, 101), req(70.1, 101)}},
+			{"no retransmission reached the finisher", s, f[:4]},
+			{"the finisher never acknowledged", s, []capFrame{req(0.1, 100), ack(1.9, 100), req(3.1, 101), req(70.1, 101)}},
+			{"the request never reached the finisher", s, f[:2]},
+		} {
+			t.Run(name+"/"+neg.name, func(t *testing.T) {
+				frames, guest := pick(neg.s, neg.f)
+				if why, ok := lostLastAck(frames, guest, stuckVrnicd); ok {
+					t.Errorf("recognised: %s", why)
+				}
+			})
+		}
+	}
+}

@@ -632,3 +632,100 @@ func pct(l []time.Duration, p int) time.Duration {
 	slices.Sort(l)
 	return l[min(len(l)*p/100, len(l)-1)]
 }
+
+// lostLastAck tells whether a failed ping-pong is the one loss RC cannot
+// recover from: the finishing side acknowledged a request of the other's,
+// that ACK was lost between the two TAPs, and the finisher, its iterations
+// done, destroyed its QP (the rdma-core ping-pong tools have no closing
+// handshake), so the requester's retransmissions met a QP that no longer
+// exists. It needs all of that in the captures, on some QP: the
+// finisher's last ACK leaving its TAP, nothing covering it reaching the
+// requester's, and retransmissions then reaching the finisher's TAP
+// unanswered. stuckVrnicd: the requester left waiting is vrnicd (else the
+// guest).
+func lostLastAck(frames, guest []capFrame, stuckVrnicd bool) (string, bool) {
+	sTap, fTap := frames, guest
+	if !stuckVrnicd {
+		sTap, fTap = guest, frames
+	}
+	fromS := func(f *capFrame) bool { return f.toVrnicd != stuckVrnicd }
+	has := func(f *capFrame, flag wire.OpFlags) bool {
+		info := f.op.Info()
+		return info != nil && f.op.Transport() == 0 && info.Has(flag)
+	}
+	isAck := func(f *capFrame) bool {
+		return !fromS(f) && has(f, wire.FlagResponse) && f.hasAETH && f.syndrome>>5 == 0
+	}
+	// Streams, seen at the finisher: requests to its QP y, whose
+	// responses go to the requester's QP x.
+	reqTo := map[uint32]uint32{}
+	xOf := map[uint32]uint32{}
+	var ys []uint32
+	for i := range fTap {
+		f := &fTap[i]
+		switch {
+		case fromS(f) && has(f, wire.FlagRequest):
+			reqTo[f.psn] = f.qp
+		case !fromS(f) && has(f, wire.FlagResponse):
+			if y, ok := reqTo[f.psn]; ok {
+				if _, seen := xOf[y]; !seen {
+					ys = append(ys, y)
+				}
+				xOf[y] = f.qp
+			}
+		}
+	}
+	var found []string
+	for _, y := range ys {
+		x := xOf[y]
+		// The finisher's last ACK to x.
+		var last *capFrame
+		for i := range fTap {
+			if f := &fTap[i]; f.qp == x && isAck(f) {
+				last = f
+			}
+		}
+		if last == nil {
+			continue
+		}
+		a := wire.PSN(last.psn)
+		// Nothing covering it reached the requester.
+		arrived := false
+		for i := range sTap {
+			if f := &sTap[i]; f.qp == x && isAck(f) && !wire.PSN(f.psn).Before(a) {
+				arrived = true
+			}
+		}
+		if arrived {
+			continue
+		}
+		// Then the requester retransmitted what it covers, unanswered.
+		retrans, answered := 0, false
+		for i := range fTap {
+			f := &fTap[i]
+			if f.at <= last.at {
+				continue
+			}
+			switch {
+			case fromS(f) && f.qp == y && has(f, wire.FlagRequest) && !wire.PSN(f.psn).After(a):
+				retrans++
+			case !fromS(f) && f.qp == x && has(f, wire.FlagResponse):
+				answered = true
+			}
+		}
+		if retrans == 0 || answered {
+			continue
+		}
+		found = append(found, fmt.Sprintf("qp %#06x: the ACK of psn %#06x left the finisher's TAP at %.3f ms and never reached the requester's; "+
+			"%d retransmitted packets then reached the finisher's TAP unanswered", y, last.psn, msec(last.at), retrans))
+	}
+	if len(found) == 0 {
+		return "", false
+	}
+	who, peer := "vrnicd", "the guest"
+	if !stuckVrnicd {
+		who, peer = "the guest", "vrnicd"
+	}
+	return fmt.Sprintf("%s waited for ACKs that %s sent before its tool finished and destroyed its QPs:\n  %s",
+		who, peer, strings.Join(found, "\n  ")), true
+}
