@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -279,21 +280,7 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 	}
 	outstanding := func(s *stream) bool { return s.any && (!s.haveAcked || s.maxSent.After(s.acked)) }
 	// Our QP X (the DestQP of the peer's responses) sends requests to Y.
-	pair := map[uint32]uint32{}
-	lastReqTo := map[uint32]uint32{}
-	for _, f := range frames {
-		info := f.op.Info()
-		if info == nil {
-			continue
-		}
-		if !f.toVrnicd && info.Has(wire.FlagRequest) {
-			lastReqTo[f.psn] = f.qp
-		} else if f.toVrnicd && info.Has(wire.FlagResponse) {
-			if y, ok := lastReqTo[f.psn]; ok {
-				pair[f.qp] = y
-			}
-		}
-	}
+	pair := pairQPs(frames, func(f *capFrame) bool { return !f.toVrnicd })
 	streams := map[uint32]*stream{}
 	get := func(y uint32) *stream {
 		s := streams[y]
@@ -481,6 +468,29 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 	return rep
 }
 
+// pairQPs maps each requester QP X (the DestQP of the responses it gets)
+// to the responder QP Y it sends to, matching responses to requests by
+// PSN. fromRequester: the frame left the requester's side.
+func pairQPs(frames []capFrame, fromRequester func(*capFrame) bool) map[uint32]uint32 {
+	pair := map[uint32]uint32{}
+	lastReqTo := map[uint32]uint32{}
+	for i := range frames {
+		f := &frames[i]
+		info := f.op.Info()
+		if info == nil {
+			continue
+		}
+		if fromRequester(f) && info.Has(wire.FlagRequest) {
+			lastReqTo[f.psn] = f.qp
+		} else if !fromRequester(f) && info.Has(wire.FlagResponse) {
+			if y, ok := lastReqTo[f.psn]; ok {
+				pair[f.qp] = y
+			}
+		}
+	}
+	return pair
+}
+
 func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // whereTheTimeWent follows a retried request's first copy onto the
@@ -656,28 +666,11 @@ func lostLastAck(frames, guest []capFrame, stuckVrnicd bool) (string, bool) {
 	isAck := func(f *capFrame) bool {
 		return !fromS(f) && has(f, wire.FlagResponse) && f.hasAETH && f.syndrome>>5 == 0
 	}
-	// Streams, seen at the finisher: requests to its QP y, whose
-	// responses go to the requester's QP x.
-	reqTo := map[uint32]uint32{}
-	xOf := map[uint32]uint32{}
-	var ys []uint32
-	for i := range fTap {
-		f := &fTap[i]
-		switch {
-		case fromS(f) && has(f, wire.FlagRequest):
-			reqTo[f.psn] = f.qp
-		case !fromS(f) && has(f, wire.FlagResponse):
-			if y, ok := reqTo[f.psn]; ok {
-				if _, seen := xOf[y]; !seen {
-					ys = append(ys, y)
-				}
-				xOf[y] = f.qp
-			}
-		}
-	}
+	// Streams, seen at the finisher: the requester's QP x sends to its y.
+	pair := pairQPs(fTap, fromS)
 	var found []string
-	for _, y := range ys {
-		x := xOf[y]
+	for _, x := range slices.Sorted(maps.Keys(pair)) {
+		y := pair[x]
 		// The finisher's last ACK to x.
 		var last *capFrame
 		for i := range fTap {

@@ -275,12 +275,13 @@ func (b *bed) runCase(t *testing.T, c caseSpec, g gidKind, kernelServer bool) {
 	// One run, and a second only when the first lost its last ACK after
 	// the peer had gone (lostLastAck): the tools', not RC's, limit, which
 	// a kernel rxe pair on the same link meets as well. The row says so.
+	fresh := *r
 	lost := b.runCaseOnce(t, r, c, g, kernelServer)
 	if lost == "" {
 		return
 	}
 	t.Logf("run 1 lost its final ACK after the peer's tool had exited, running the case again:\n%s", lost)
-	*r = row{bed: r.bed, name: r.name, dir: r.dir, mtu: r.mtu, gid: r.gid}
+	*r = fresh
 	if again := b.runCaseOnce(t, r, c, g, kernelServer); again != "" {
 		r.fail(t, "runs 1 and 2 both lost their final ACK after the peer's tool had exited:\n%s\n%s", lost, again)
 		return
@@ -653,9 +654,9 @@ func (r *row) fail(t *testing.T, format string, args ...any) {
 	t.Error(msg)
 }
 
-// digest is the head of a failure's message and the tail of each tool's
-// output in it: CI keeps only the end of a long log, so the reason a case
-// failed is printed again after the tables.
+// digest is the head and the tail of a failure's message: CI keeps only
+// the end of a long log, so the reason a case failed is printed again
+// after the tables.
 func digest(msg string) string {
 	lines := strings.Split(strings.TrimRight(msg, "\n"), "\n")
 	if len(lines) <= 24 {
