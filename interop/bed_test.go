@@ -291,7 +291,7 @@ func (d *daemon) counters(ctx context.Context) (map[string]uint64, error) {
 	if err := json.Unmarshal(out, &st); err != nil {
 		return nil, fmt.Errorf("vrnicctl stat --json (%s): %v: %q", d.name, err, out)
 	}
-	for _, k := range []string{"retransmit_timeouts", "local_op_replays"} {
+	for _, k := range []string{"retransmit_timeouts", "retry_exceeded_err", "local_op_replays"} {
 		if _, ok := st.Device[k]; !ok {
 			return nil, fmt.Errorf("vrnicctl stat --json (%s): no device counter %q in %s", d.name, k, out)
 		}

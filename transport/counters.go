@@ -18,7 +18,7 @@ const (
 	RetryRNRExceededErr                  // retry_rnr_exceeded_err
 	CompleterRetryErr                    // completer_retry_err: retries the completer started
 	SendErr                              // send_err: requests that completed in error
-	RetransmitTimeouts                   // retransmit_timeouts: timer expiries that started a retry
+	RetransmitTimeouts                   // retransmit_timeouts: timer expiries with a PSN outstanding (a retry, or retry_exceeded_err)
 	RetransmittedPkts                    // retransmitted_pkts
 	LocalOpsExecuted                     // local_ops_executed: REG_MR, LOCAL_INV, BIND_MW run
 	LocalOpReplays                       // local_op_replays: a local op reached a second time (must stay 0)
