@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/interop/rxepeer"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -145,6 +146,34 @@ func TestLostLastAck(t *testing.T) {
 					t.Errorf("recognised: %s", why)
 				}
 			})
+		}
+	}
+}
+
+// A timeout that finds no retry left sends nothing and counts
+// retry_exceeded_err; every other counted timeout must be a retry on the wire.
+func TestTimerVerdictCountsRetryExceeded(t *testing.T) {
+	t.Setenv("VRNICD_INTEROP_STRICT_TIMEOUTS", "")
+	impaired := &bed{cfg: bedConfig{impaired: true}, vm: &rxepeer.VM{Accel: "tcg"}}
+	clean := &bed{vm: &rxepeer.VM{Accel: "tcg"}}
+	for _, tc := range []struct {
+		name               string
+		b                  *bed
+		rto, exceeded      uint64
+		episodes, timeouts int
+		ok                 bool
+	}{
+		{"impaired: 7 retries and the give-up on each of two QPs", impaired, 16, 2, 14, 14, true},
+		{"impaired: a counted timeout the capture lacks", impaired, 16, 1, 14, 14, false},
+		{"impaired: retries of other kinds beside the timeouts", impaired, 3, 0, 5, 1, true},
+		{"clean: timeouts and one give-up", clean, 4, 1, 3, 3, true},
+		{"clean: a timeout the capture lacks", clean, 5, 1, 3, 3, false},
+		{"clean: a give-up counted as a retry", clean, 4, 0, 3, 3, false},
+	} {
+		ev := caseEvidence{rep: retryReport{episodes: tc.episodes, timeouts: tc.timeouts}}
+		msg := tc.b.timerVerdict(tc.rto, tc.exceeded, ev)
+		if (msg == "") != tc.ok {
+			t.Errorf("%s: verdict %q, want ok=%v", tc.name, msg, tc.ok)
 		}
 	}
 }
