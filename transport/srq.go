@@ -20,6 +20,7 @@ type SRQ struct {
 	maxSGE  uint32
 	limit   uint32 // armed limit, 0 = not armed
 	onLimit func()
+	onTake  func()
 	srqn    uint32
 }
 
@@ -57,6 +58,13 @@ func (s *SRQ) alloc(maxWR uint32) {
 	s.tail, s.head = j, 0
 	s.maxWR = maxWR
 }
+
+// OnTake sets a function called each time a QP takes a WQE, after the SRQ
+// has let go of it (Len already counts it out), on that QP's receive
+// owner. The SRQ's producer frees the WQE's slot there: ibv_post_srq_recv
+// counts WRs not yet taken, as rxe's queue does. Set it before a QP can
+// use the SRQ.
+func (s *SRQ) OnTake(f func()) { s.onTake = f }
 
 // SRQN is the SRQ's number.
 func (s *SRQ) SRQN() uint32 { return s.srqn }
@@ -135,6 +143,9 @@ func (s *SRQ) pop() (RecvWR, bool) {
 		s.limit = 0 // one event per arming (IBA 10.2.9.3)
 	}
 	s.mu.Unlock()
+	if s.onTake != nil {
+		s.onTake()
+	}
 	if fire && s.onLimit != nil {
 		s.onLimit()
 	}

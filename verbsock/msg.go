@@ -187,6 +187,12 @@ type ModifySRQReq struct{ SRQ, Mask, MaxWR, Limit uint32 }
 
 type QuerySRQResp struct{ MaxWR, MaxSGE, Limit uint32 }
 
+// ResizeSRQReq moves an SRQ to a new ring of max_wr entries (the fd);
+// ResizeSRQResp says how many WQEs it carried over (§6).
+type ResizeSRQReq struct{ SRQ, MaxWR uint32 }
+
+type ResizeSRQResp struct{ MaxWR, Used uint32 }
+
 type CreateAHReq struct {
 	PD uint32
 	AV AV
@@ -313,6 +319,7 @@ var Specs = map[Op]OpSpec{
 	OpDestroyAH:   spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpQueryStats:  spec(mk[PageReq](), mk[QueryStatsResp](), none, none),
 	OpListQPs:     spec(mk[PageReq](), mk[ListQPsResp](), none, none),
+	OpResizeSRQ:   spec(mk[ResizeSRQReq](), mk[ResizeSRQResp](), [2]int{1, 1}, none),
 }
 
 func init() {

@@ -68,6 +68,17 @@ func (p *Producer) Publish() (ring bool) {
 	return atomic.LoadUint32(u32p(p.m, offArmed)) == 1 && atomic.CompareAndSwapUint32(u32p(p.m, offArmed), 1, 0)
 }
 
+// Carry continues a fresh ring after resize_srq, whose reply says the
+// daemon carried used WQEs over and published producer index used: the
+// next entry written is used's.
+func (p *Producer) Carry(used uint32) error {
+	if p.tail != 0 || p.pending != 0 || loadProd(p.m) != uint64(used) || uint64(used) > p.entries {
+		return fmt.Errorf("ring: carry %d entries into a ring at %d (published %d)", used, p.tail, loadProd(p.m))
+	}
+	p.tail = uint64(used)
+	return nil
+}
+
 // Tail is the number of entries published.
 func (p *Producer) Tail() uint64 { return p.tail }
 

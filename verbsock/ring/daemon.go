@@ -405,6 +405,31 @@ func (q *RecvQueue) Peek(wr *transport.RecvWR) bool {
 	return true
 }
 
+// Carry starts a fresh SRQ ring (resize_srq) with used WQEs carried over
+// from the ring it replaces, still in the SRQ and so still holding slots:
+// it publishes producer index used and consumer index 0, the one time
+// the daemon writes the producer's index, while the client waits for the
+// reply and does not post. Retire(queued) then frees a slot per WQE taken.
+func (q *RecvQueue) Carry(used uint32) error {
+	if q.head != 0 || q.have || uint64(used) > q.entries {
+		return fmt.Errorf("ring: carry %d WQEs into a ring of %d at index %d", used, q.entries, q.head)
+	}
+	storeCons(q.m, 0)
+	storeProd(q.m, uint64(used))
+	q.head, q.freed = uint64(used), 0
+	return nil
+}
+
+// Pending is the number of entries published and not yet consumed (0 on a
+// corrupt ring).
+func (q *RecvQueue) Pending() int {
+	d := loadProd(q.m) - q.head
+	if q.corrupt.Load() || d > q.entries {
+		return 0
+	}
+	return int(d)
+}
+
 // Consume implements nic.RecvSource.
 func (q *RecvQueue) Consume() {
 	if !q.have {

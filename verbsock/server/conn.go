@@ -98,10 +98,27 @@ type qpObj struct {
 type srqObj struct {
 	srq   *transport.SRQ
 	pd    uint32
-	rq    *ring.RecvQueue
-	m     *shm.Mapping
 	bell  *bell
-	users int
+	users int // under conn.mu
+
+	// mu orders the ring's consumer: the drain (the doorbell's goroutine)
+	// moves posts into the SRQ, the receive owners of its QPs free slots
+	// as they take WQEs (taken), resize_srq swaps the ring.
+	mu     sync.Mutex
+	rq     *ring.RecvQueue
+	m      *shm.Mapping
+	closed bool
+}
+
+// taken frees the slot of a WQE a QP took from the SRQ: the ring's
+// published consumer index is what was read into the SRQ less what the
+// SRQ still holds.
+func (o *srqObj) taken() {
+	o.mu.Lock()
+	if !o.closed {
+		o.rq.Retire(o.srq.Len())
+	}
+	o.mu.Unlock()
 }
 
 type ahObj struct {
@@ -402,6 +419,9 @@ func (c *conn) destroyQP(q *qpObj) {
 
 func (c *conn) destroySRQ(s *srqObj) {
 	s.bell.close()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	_ = c.s.dev.DestroySRQ(s.srq)
 	s.m.Release()
 }

@@ -20,6 +20,8 @@ func FuzzServerRequests(f *testing.F) {
 	cq := verbsock.Encode(nil, &verbsock.CreateCQReq{CQE: 4})
 	f.Add(uint16(verbsock.OpAllocPD), []byte{}, uint8(0), uint16(verbsock.OpDeallocPD), []byte{1, 0, 0, 0}, uint8(0))
 	f.Add(uint16(verbsock.OpCreateCQ), cq, uint8(1), uint16(verbsock.OpResizeCQ), []byte{1, 0, 0, 0, 8, 0, 0, 0}, uint8(1))
+	srq := verbsock.Encode(nil, &verbsock.CreateSRQReq{PD: 1, MaxWR: 4, MaxSGE: 1})
+	f.Add(uint16(verbsock.OpCreateSRQ), srq, uint8(1), uint16(verbsock.OpResizeSRQ), []byte{2, 0, 0, 0, 8, 0, 0, 0}, uint8(1))
 	f.Add(uint16(verbsock.OpMapMem), []byte{0, 0, 0, 0}, uint8(1), uint16(verbsock.OpRegMR),
 		verbsock.Encode(nil, &verbsock.RegMRReq{PD: 2, Mem: 1, Length: 4096, Access: 7}), uint8(0))
 	f.Fuzz(func(t *testing.T, op1 uint16, p1 []byte, fd1 uint8, op2 uint16, p2 []byte, fd2 uint8) {

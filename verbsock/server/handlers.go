@@ -95,6 +95,9 @@ func (c *conn) dispatch(op verbsock.Op, req any, fds []int) (any, []int, error) 
 		return c.createSRQ(req.(*verbsock.CreateSRQReq), fds)
 	case verbsock.OpModifySRQ:
 		return &verbsock.Empty{}, nil, c.modifySRQ(req.(*verbsock.ModifySRQReq))
+	case verbsock.OpResizeSRQ:
+		r, err := c.resizeSRQ(req.(*verbsock.ResizeSRQReq), fds)
+		return r, nil, err
 	case verbsock.OpQuerySRQ:
 		r, err := c.querySRQ(req.(*verbsock.HandleReq).Handle)
 		return r, nil, err
@@ -816,11 +819,7 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	h := c.handleLocked()
 	c.mu.Unlock()
 	o := &srqObj{pd: r.PD, m: m}
-	o.rq, err = ring.NewRecvQueue(ring.RQConfig{Mem: m.Bytes(), Entries: n, MaxSGE: maxSGE, PageSize: shm.PageSize,
-		OnCorrupt: func(why string) {
-			c.log.Warn("client SRQ ring corrupt", "srq", h, "reason", why)
-			c.event(verbsock.EventMsg{Type: verbsock.EventSRQErr, Handle: h})
-		}})
+	o.rq, err = c.srqRing(h, m, n, maxSGE)
 	if err != nil {
 		m.Release()
 		return nil, nil, errf(syscall.EINVAL, "%v", err)
@@ -833,6 +832,7 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	if r.Limit > 0 {
 		_ = srq.Modify(0, false, r.Limit, true)
 	}
+	srq.OnTake(o.taken)
 	o.srq = srq
 	b, bfd, err := newBell()
 	if err != nil {
@@ -848,14 +848,30 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	return &verbsock.CreateSRQResp{SRQ: h, SRQN: srq.SRQN(), MaxWR: n, MaxSGE: maxSGE}, []int{bfd}, nil
 }
 
-// drainSRQ moves posted receives from the SRQ ring into the SRQ. While the
-// SRQ is full (the client posted more than max_wr ahead of consumption)
-// it retries on a short timer, as nothing else would wake it.
+// srqRing is the daemon end of an SRQ's ring in m.
+func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*ring.RecvQueue, error) {
+	return ring.NewRecvQueue(ring.RQConfig{Mem: m.Bytes(), Entries: n, MaxSGE: maxSGE, PageSize: shm.PageSize,
+		OnCorrupt: func(why string) {
+			c.log.Warn("client SRQ ring corrupt", "srq", h, "reason", why)
+			c.event(verbsock.EventMsg{Type: verbsock.EventSRQErr, Handle: h})
+		}})
+}
+
+// drainSRQ moves posted receives from the SRQ ring into the SRQ. A slot
+// goes back when a QP takes its WQE (srqObj.taken), so the ring never
+// holds more than the SRQ's max_wr WQEs not yet taken and the SRQ has room
+// for all of them; were it full, the drain would retry on a short timer,
+// as nothing else would wake it.
 func (c *conn) drainSRQ(o *srqObj) {
 	var wr transport.RecvWR
-	for o.rq.Peek(&wr) {
-		err := o.srq.Post(&wr)
-		if errors.Is(err, transport.ErrFull) {
+	for {
+		o.mu.Lock()
+		if o.closed || !o.rq.Peek(&wr) {
+			o.mu.Unlock()
+			return
+		}
+		if err := o.srq.Post(&wr); errors.Is(err, transport.ErrFull) {
+			o.mu.Unlock()
 			if o.bell.stop.Load() {
 				return
 			}
@@ -863,12 +879,63 @@ func (c *conn) drainSRQ(o *srqObj) {
 			continue
 		}
 		// Any other error is a WQE the SRQ refuses; it is dropped (the ring
-		// decoder already bounded its SGEs, so this does not happen).
+		// decoder already bounded its SGEs, so this does not happen), and
+		// its slot goes back at once.
 		o.rq.Consume()
-		// An SRQ's slot goes back when the SRQ takes the WQE: QPs on other
-		// owners complete its WQEs, and nothing there could wake this drain.
-		o.rq.Retire(0)
+		o.rq.Retire(o.srq.Len())
+		o.mu.Unlock()
 	}
+}
+
+// resizeSRQ moves an SRQ to a new ring of max_wr entries (ibv_modify_srq
+// with IBV_SRQ_MAX_WR): what the old ring still holds goes into the SRQ,
+// and the WQEs the SRQ holds keep their slots in the new ring (Carry).
+func (c *conn) resizeSRQ(r *verbsock.ResizeSRQReq, fds []int) (any, error) {
+	o, err := c.srq(r.SRQ)
+	if err != nil {
+		return nil, err
+	}
+	if r.MaxWR == 0 || r.MaxWR > c.s.dev.Attr().MaxSRQWR {
+		return nil, errf(syscall.EINVAL, "SRQ max_wr %d (1..%d)", r.MaxWR, c.s.dev.Attr().MaxSRQWR)
+	}
+	n := ring.EntriesFor(r.MaxWR)
+	_, maxSGE, _ := o.srq.Attr()
+	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.RQEntrySize(maxSGE), shm.PageSize)))
+	if err != nil {
+		return nil, err
+	}
+	rq, err := c.srqRing(r.SRQ, m, n, maxSGE)
+	if err != nil {
+		m.Release()
+		return nil, errf(syscall.EINVAL, "%v", err)
+	}
+	o.mu.Lock()
+	if used := o.srq.Len() + o.rq.Pending(); uint32(used) > n {
+		o.mu.Unlock()
+		m.Release()
+		return nil, errf(syscall.EINVAL, "SRQ max_wr %d below the %d WRs posted and not yet taken", n, used)
+	}
+	if err := o.srq.Modify(n, true, 0, false); err != nil {
+		o.mu.Unlock()
+		m.Release()
+		return nil, errf(syscall.EINVAL, "%v", err)
+	}
+	var wr transport.RecvWR
+	for o.rq.Peek(&wr) {
+		_ = o.srq.Post(&wr) // it has room: checked above
+		o.rq.Consume()
+	}
+	used := uint32(o.srq.Len())
+	if err := rq.Carry(used); err != nil {
+		o.mu.Unlock()
+		m.Release()
+		return nil, errf(syscall.EINVAL, "%v", err)
+	}
+	old := o.m
+	o.rq, o.m = rq, m
+	o.mu.Unlock()
+	old.Release()
+	return &verbsock.ResizeSRQResp{MaxWR: n, Used: used}, nil
 }
 
 func (c *conn) srq(h uint32) (*srqObj, error) {
@@ -889,10 +956,11 @@ func (c *conn) modifySRQ(r *verbsock.ModifySRQReq) error {
 	if r.Mask == 0 || r.Mask&^(verbsock.SRQMaxWR|verbsock.SRQLimit) != 0 {
 		return errf(syscall.EINVAL, "SRQ attribute mask %#x", r.Mask)
 	}
-	if r.Mask&verbsock.SRQMaxWR != 0 && r.MaxWR > c.s.dev.Attr().MaxSRQWR {
-		return errf(syscall.EINVAL, "SRQ max_wr %d > %d", r.MaxWR, c.s.dev.Attr().MaxSRQWR)
+	if r.Mask&verbsock.SRQMaxWR != 0 {
+		// The ring that carries posts bounds them: a new size needs a new ring.
+		return errf(syscall.EINVAL, "SRQ max_wr changes with resize_srq (a new ring), not modify_srq")
 	}
-	if err := o.srq.Modify(r.MaxWR, r.Mask&verbsock.SRQMaxWR != 0, r.Limit, r.Mask&verbsock.SRQLimit != 0); err != nil {
+	if err := o.srq.Modify(0, false, r.Limit, true); err != nil {
 		return errf(syscall.EINVAL, "%v", err)
 	}
 	return nil

@@ -227,6 +227,7 @@ func TestEveryRequestBadHandles(t *testing.T) {
 			{verbsock.OpModifySRQ, &verbsock.ModifySRQReq{SRQ: bad, Mask: 2, Limit: 1}, nil},
 			{verbsock.OpQuerySRQ, &verbsock.HandleReq{Handle: bad}, nil},
 			{verbsock.OpDestroySRQ, &verbsock.HandleReq{Handle: bad}, nil},
+			{verbsock.OpResizeSRQ, &verbsock.ResizeSRQReq{SRQ: bad, MaxWR: 4}, []int{memfd(t, shm.PageSize)}},
 			{verbsock.OpCreateAH, &verbsock.CreateAHReq{PD: bad}, nil},
 			{verbsock.OpDestroyAH, &verbsock.HandleReq{Handle: bad}, nil},
 		}
@@ -412,6 +413,26 @@ func TestBadAttributes(t *testing.T) {
 	wantErrno(t, "SRQ of 0", r.do(verbsock.OpCreateSRQ, &verbsock.CreateSRQReq{PD: pd.PD}, []int{memfd(t, shm.PageSize)}, nil), syscall.EINVAL)
 	wantErrno(t, "SRQ limit over max_wr", r.do(verbsock.OpCreateSRQ, &verbsock.CreateSRQReq{PD: pd.PD, MaxWR: 4, Limit: 5},
 		[]int{memfd(t, shm.PageSize)}, nil), syscall.EINVAL)
+	var srq verbsock.CreateSRQResp
+	if err := r.do(verbsock.OpCreateSRQ, &verbsock.CreateSRQReq{PD: pd.PD, MaxWR: 4, MaxSGE: 1},
+		[]int{memfd(t, ring.Bytes(4, ring.RQEntrySize(1), shm.PageSize))}, &srq); err != nil {
+		t.Fatal(err)
+	}
+	resize := func(maxWR uint32, size int) error {
+		return r.do(verbsock.OpResizeSRQ, &verbsock.ResizeSRQReq{SRQ: srq.SRQ, MaxWR: maxWR}, []int{memfd(t, size)}, nil)
+	}
+	wantErrno(t, "modify_srq max_wr", r.do(verbsock.OpModifySRQ, &verbsock.ModifySRQReq{SRQ: srq.SRQ, Mask: 1, MaxWR: 8}, nil, nil), syscall.EINVAL)
+	wantErrno(t, "resize_srq to 0", resize(0, shm.PageSize), syscall.EINVAL)
+	wantErrno(t, "resize_srq to 2^20", resize(1<<20, shm.PageSize), syscall.EINVAL)
+	wantErrno(t, "resize_srq with a ring too small", resize(1024, shm.PageSize), syscall.EINVAL)
+	wantErrno(t, "resize_srq without a ring", r.do(verbsock.OpResizeSRQ, &verbsock.ResizeSRQReq{SRQ: srq.SRQ, MaxWR: 8}, nil, nil), syscall.EBADF)
+	if err := resize(8, ring.Bytes(8, ring.RQEntrySize(1), shm.PageSize)); err != nil {
+		t.Fatalf("resize_srq to 8: %v", err)
+	}
+	var q verbsock.QuerySRQResp
+	if err := r.do(verbsock.OpQuerySRQ, &verbsock.HandleReq{Handle: srq.SRQ}, nil, &q); err != nil || q.MaxWR != 8 {
+		t.Fatalf("query_srq after resize: %+v %v", q, err)
+	}
 	wantErrno(t, "query_port 0", r.do(verbsock.OpQueryPort, &verbsock.QueryPortReq{}, nil, nil), syscall.EINVAL)
 	wantErrno(t, "query_gid 1<<31", r.do(verbsock.OpQueryGID, &verbsock.QueryGIDReq{Port: 1, Index: 1 << 31}, nil, nil), syscall.EINVAL)
 	r.alive()

@@ -687,3 +687,87 @@ func TestQueueDepthCountsUncompletedWRs(t *testing.T) {
 		next++
 	}
 }
+
+// ibv_post_srq_recv counts WRs not yet taken by a QP: max_wr posted and
+// nothing taken is ENOMEM however long the daemon is given, a receive
+// completion frees a slot, and a resize to a new ring keeps every WR
+// posted (they complete in order afterwards) and counts them against the
+// new size.
+func TestSRQDepthCountsWRsNotTaken(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	pd, _ := d.AllocPD()
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newSide(t, d, e.host, verbs.QPTypeRC, nil, nil)
+	b := newSide(t, d, e.host, verbs.QPTypeRC, srq, pd)
+	connect(t, a, b)
+	id := uint64(0)
+	post := func() error {
+		err := srq.PostRecv(verbs.RecvWR{ID: id, SGL: []verbs.SGE{b.mr.SGE(id%64*64, 64)}})
+		if err == nil {
+			id++
+		}
+		return err
+	}
+	fill := func(n int) {
+		t.Helper()
+		for i := range n {
+			if err := post(); err != nil {
+				t.Fatalf("post %d of %d: %v", i, n, err)
+			}
+		}
+		for range 20 { // the daemon drains the ring meanwhile: still full
+			if err := post(); !errors.Is(err, syscall.ENOMEM) {
+				t.Fatalf("post past max_wr with none taken: %v, want ENOMEM", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	next := uint64(0) // the WR the next receive must use
+	recv := func(n int) {
+		t.Helper()
+		for i := range n {
+			if err := a.qp.PostSend(verbs.SendWR{ID: next, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 8)}}); err != nil {
+				t.Fatal(err)
+			}
+			w := pollN(t, b.rcq, 1)[0]
+			if w.Status != verbs.WCSuccess || w.WRID != next {
+				t.Fatalf("receive %d: %+v, want WR %d", i, w, next)
+			}
+			pollN(t, a.scq, 1)
+			next++
+		}
+	}
+	fill(8)
+	recv(1)
+	fill(1) // the taken WR's slot, and no more
+
+	// Grow with 8 posted: they keep their slots, 24 more fit.
+	if err := srq.Modify(verbs.SRQAttr{MaxWR: 32}, verbs.SRQAttrMaxWR); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := srq.Query(); err != nil || at.MaxWR != 32 {
+		t.Fatalf("after resize: %+v %v", at, err)
+	}
+	fill(24)
+	recv(32)
+	// Shrink: not below what is posted and not taken.
+	fill(32)
+	if err := srq.Modify(verbs.SRQAttr{MaxWR: 16}, verbs.SRQAttrMaxWR); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("resize to 16 with 32 posted: %v, want EINVAL", err)
+	}
+	recv(28)
+	if err := srq.Modify(verbs.SRQAttr{MaxWR: 4, Limit: 2}, verbs.SRQAttrMaxWR|verbs.SRQAttrLimit); err != nil {
+		t.Fatal(err)
+	}
+	if at, _ := srq.Query(); at.MaxWR != 4 || at.Limit != 2 {
+		t.Fatalf("after shrink: %+v", at)
+	}
+	fill(0) // 4 posted, 4 slots
+	recv(4)
+	fill(4)
+	recv(4)
+}

@@ -546,12 +546,68 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 	return perr
 }
 
-// Modify resizes the SRQ and/or arms its limit (ibv_modify_srq). The
-// ring that carries posts keeps its size; MaxWR bounds what the SRQ holds.
+// Modify resizes the SRQ and/or arms its limit (ibv_modify_srq). A new
+// MaxWR moves the SRQ to a new ring of that size (rounded up to a power of
+// two), keeping every WR posted and not yet taken; it fails with EINVAL
+// if they do not fit. PostRecv waits for the move.
 func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
-	_, err := s.d.call(verbsock.OpModifySRQ, &verbsock.ModifySRQReq{SRQ: s.h, Mask: uint32(mask), MaxWR: attr.MaxWR,
-		Limit: attr.Limit}, nil, &verbsock.Empty{})
+	const op = verbsock.OpModifySRQ
+	if mask == 0 || mask&^(SRQAttrMaxWR|SRQAttrLimit) != 0 {
+		return verr(op, syscall.EINVAL, "SRQ attribute mask %#x", uint32(mask))
+	}
+	if mask&SRQAttrMaxWR != 0 {
+		n := ring.EntriesFor(attr.MaxWR)
+		if attr.MaxWR == 0 || n == 0 || mask&SRQAttrLimit != 0 && attr.Limit > n {
+			return verr(op, syscall.EINVAL, "SRQ of %d WRs, limit %d", attr.MaxWR, attr.Limit)
+		}
+		if err := s.resize(n); err != nil {
+			return err
+		}
+		if mask&SRQAttrLimit == 0 {
+			return nil
+		}
+	}
+	_, err := s.d.call(op, &verbsock.ModifySRQReq{SRQ: s.h, Mask: uint32(SRQAttrLimit), Limit: attr.Limit}, nil, &verbsock.Empty{})
 	return err
+}
+
+func (s *SRQ) resize(n uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	d := s.d
+	esize := ring.RQEntrySize(s.maxSGE)
+	m, fd, err := d.newRing(ring.Bytes(n, esize, d.pageSize))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	p, err := ring.NewProducer(m, ring.KindSRQ, n, esize, d.pageSize)
+	if err != nil {
+		unix.Munmap(m)
+		return verr(verbsock.OpResizeSRQ, syscall.EINVAL, "%v", err)
+	}
+	var r verbsock.ResizeSRQResp
+	if _, err := d.call(verbsock.OpResizeSRQ, &verbsock.ResizeSRQReq{SRQ: s.h, MaxWR: n}, []int{fd}, &r); err != nil {
+		unix.Munmap(m)
+		return err
+	}
+	if err := p.Carry(r.Used); r.MaxWR != n || err != nil {
+		// The daemon has moved to a ring this end cannot follow: the SRQ
+		// is unusable here from now on.
+		unix.Munmap(m)
+		unix.Munmap(s.m)
+		unix.Close(s.bell)
+		s.closed = true
+		d.objs.Delete(s.h)
+		return verr(verbsock.OpResizeSRQ, syscall.EPROTO, "daemon resized the SRQ to %d, carrying %d: %v", r.MaxWR, r.Used, err)
+	}
+	old := s.m
+	s.p, s.m = p, m
+	unix.Munmap(old)
+	return nil
 }
 
 // Query returns the SRQ's attributes (ibv_query_srq).
