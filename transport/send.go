@@ -96,6 +96,13 @@ type sendSide struct {
 
 	inRetry   bool // a retry from retryFrom started and no progress since
 	retryFrom wire.PSN
+	// probe: after a retransmit timeout only the oldest unacknowledged
+	// packet goes out again, with AckReq, and the rest of the window waits
+	// for a response that makes progress (probeSent: it has left). A peer
+	// that is slow rather than lossy then gets one packet per timeout, not
+	// the whole window again on top of its backlog (go-back-N after every
+	// timeout is how a slow responder is driven into collapse).
+	probe, probeSent bool
 
 	stopIssue bool // an errored WQE is waiting for its in-order completion
 	drained   bool // SQ drained event sent for this SQD
@@ -167,6 +174,7 @@ func (ss *sendSide) reset() {
 	ss.rdInFlight, ss.noAck = 0, 0
 	ss.deadline, ss.rnrWake, ss.armAtFlush = time.Time{}, time.Time{}, nil
 	ss.inRetry, ss.stopIssue, ss.drained = false, false, false
+	ss.probe, ss.probeSent = false, false
 	ss.state = StateReset
 }
 
@@ -539,6 +547,9 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 	if q.typ == QPTypeRC && psn.Diff(ss.comp) >= maxUnackedPSNs {
 		return false
 	}
+	if ss.probe && ss.probeSent {
+		return false
+	}
 	last := w.sent+1 >= w.npkts || !w.sendWrite()
 	f := wire.PacketFields{}
 	f.BTH.PKey = wire.DefaultPKey
@@ -581,10 +592,11 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 	}
 	if q.typ == QPTypeRC {
 		ss.noAck++
-		if last || ss.noAck >= maxPktsPerAck {
+		if last || ss.noAck >= maxPktsPerAck || ss.probe {
 			f.BTH.AckReq = true
 			ss.noAck = 0
 		}
+		ss.probeSent = ss.probe
 	}
 	info := f.BTH.Opcode.Info()
 	h := q.env.Out.Headroom()
@@ -741,6 +753,7 @@ func (ss *sendSide) flushTx() {
 // SEND resume at that packet, a READ asks again for what it has not
 // received, and local operations are skipped: they already ran.
 func (ss *sendSide) retry(from wire.PSN) {
+	ss.probe, ss.probeSent = false, false
 	ss.inRetry = true
 	ss.retryFrom = from
 	ss.noAck = 0
@@ -785,6 +798,7 @@ func (ss *sendSide) timeout(s *qpSnap) {
 	ss.retryLeft--
 	q.inc(CompleterRetryErr)
 	ss.retry(ss.comp)
+	ss.probe = q.typ == QPTypeRC
 	ss.armAtFlush = s // restarted when the retransmission has left
 }
 
@@ -1055,6 +1069,11 @@ func (ss *sendSide) after(s *qpSnap, now time.Time, progress, rnr bool) {
 			ss.rnrLeft = s.attr.RNRRetry
 		}
 		ss.inRetry = false
+		if ss.probe {
+			// The peer is answering: the rest of the window goes out
+			// again from what it has not acknowledged.
+			ss.retry(ss.comp)
+		}
 		if ss.net < ss.head {
 			ss.net = ss.head
 		}
