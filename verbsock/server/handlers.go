@@ -863,28 +863,32 @@ func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*ring.RecvQu
 // for all of them; were it full, the drain would retry on a short timer,
 // as nothing else would wake it.
 func (c *conn) drainSRQ(o *srqObj) {
-	var wr transport.RecvWR
 	for {
 		o.mu.Lock()
-		if o.closed || !o.rq.Peek(&wr) {
-			o.mu.Unlock()
+		full := !o.closed && o.drainLocked()
+		o.mu.Unlock()
+		if !full || o.bell.stop.Load() {
 			return
 		}
+		sleepBackoff()
+	}
+}
+
+// drainLocked moves what the ring holds into the SRQ, under o.mu, and
+// reports whether it stopped on a full SRQ.
+func (o *srqObj) drainLocked() (full bool) {
+	var wr transport.RecvWR
+	for o.rq.Peek(&wr) {
 		if err := o.srq.Post(&wr); errors.Is(err, transport.ErrFull) {
-			o.mu.Unlock()
-			if o.bell.stop.Load() {
-				return
-			}
-			sleepBackoff()
-			continue
+			return true
 		}
 		// Any other error is a WQE the SRQ refuses; it is dropped (the ring
 		// decoder already bounded its SGEs, so this does not happen), and
 		// its slot goes back at once.
 		o.rq.Consume()
 		o.rq.Retire(o.srq.Len())
-		o.mu.Unlock()
 	}
+	return false
 }
 
 // resizeSRQ moves an SRQ to a new ring of max_wr entries (ibv_modify_srq
@@ -909,33 +913,34 @@ func (c *conn) resizeSRQ(r *verbsock.ResizeSRQReq, fds []int) (any, error) {
 		m.Release()
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
-	o.mu.Lock()
-	if used := o.srq.Len() + o.rq.Pending(); uint32(used) > n {
-		o.mu.Unlock()
-		m.Release()
-		return nil, errf(syscall.EINVAL, "SRQ max_wr %d below the %d WRs posted and not yet taken", n, used)
-	}
-	if err := o.srq.Modify(n, true, 0, false); err != nil {
-		o.mu.Unlock()
-		m.Release()
-		return nil, errf(syscall.EINVAL, "%v", err)
-	}
-	var wr transport.RecvWR
-	for o.rq.Peek(&wr) {
-		_ = o.srq.Post(&wr) // it has room: checked above
-		o.rq.Consume()
-	}
-	used := uint32(o.srq.Len())
-	if err := rq.Carry(used); err != nil {
-		o.mu.Unlock()
-		m.Release()
-		return nil, errf(syscall.EINVAL, "%v", err)
-	}
 	old := o.m
-	o.rq, o.m = rq, m
-	o.mu.Unlock()
+	used, err := o.moveTo(rq, m, n)
+	if err != nil {
+		m.Release()
+		return nil, errf(syscall.EINVAL, "%v", err)
+	}
 	old.Release()
 	return &verbsock.ResizeSRQResp{MaxWR: n, Used: used}, nil
+}
+
+// moveTo resizes the SRQ to n, moves what the old ring still holds into
+// it and switches to rq (in m), carrying over the WQEs the SRQ holds.
+func (o *srqObj) moveTo(rq *ring.RecvQueue, m *shm.Mapping, n uint32) (used uint32, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if held := o.srq.Len() + o.rq.Pending(); uint32(held) > n {
+		return 0, fmt.Errorf("SRQ max_wr %d below the %d WRs posted and not yet taken", n, held)
+	}
+	if err := o.srq.Modify(n, true, 0, false); err != nil {
+		return 0, err
+	}
+	o.drainLocked() // it has room: checked above
+	used = uint32(o.srq.Len())
+	if err := rq.Carry(used); err != nil {
+		return 0, err
+	}
+	o.rq, o.m = rq, m
+	return used, nil
 }
 
 func (c *conn) srq(h uint32) (*srqObj, error) {

@@ -598,10 +598,7 @@ func (s *SRQ) resize(n uint32) error {
 		// The daemon has moved to a ring this end cannot follow: the SRQ
 		// is unusable here from now on.
 		unix.Munmap(m)
-		unix.Munmap(s.m)
-		unix.Close(s.bell)
-		s.closed = true
-		d.objs.Delete(s.h)
+		s.releaseLocked()
 		return verr(verbsock.OpResizeSRQ, syscall.EPROTO, "daemon resized the SRQ to %d, carrying %d: %v", r.MaxWR, r.Used, err)
 	}
 	old := s.m
@@ -631,6 +628,10 @@ func (s *SRQ) Destroy() error {
 func (s *SRQ) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.releaseLocked()
+}
+
+func (s *SRQ) releaseLocked() {
 	if s.closed {
 		return
 	}
