@@ -49,7 +49,9 @@ func TestListQPsAndStats(t *testing.T) {
 				t.Fatalf("unknown QP %+v", q)
 			}
 		}
-		return qa.CompPSN == 103 && qb.RecvPSN == 103
+		// Each side publishes its PSNs when its owner runs: the target's
+		// send owner, which never sends, may run after the WRITE is done.
+		return qa.CompPSN == 103 && qb.RecvPSN == 103 && qb.SendPSN == 100
 	})
 	pid := os.Getpid()
 	if qa.Type != verbs.QPTypeRC || qa.State != verbs.QPStateRTS || qa.DestQPN != b.qp.QPN() || qa.SendPSN != 103 ||
