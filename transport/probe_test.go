@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/vrnic/vrnicd/transport"
@@ -89,5 +90,42 @@ func TestTimeoutProbesWithTheOldestPacket(t *testing.T) {
 				t.Error("the probe went without AckReq")
 			}
 		})
+	}
+}
+
+// A probing READ asks for every response still missing in one request;
+// its first response is progress, and the resumed window must not ask
+// for the same responses again while they are on the way.
+func TestTimeoutProbeReadIsNotRequestedTwice(t *testing.T) {
+	p := newPair(t, 8, tt.Options{Timeout: 14})
+	src := p.buf(t, p.b, 16<<10, 0x2000)
+	dst := p.buf(t, p.a, 16<<10, 0x1000)
+	fill(src.Bytes, 5)
+	requests, dropped := 0, false
+	p.net.Faults.Drop = func(f *tt.Frame) bool {
+		if f.From != p.a.Node || f.Pkt.BTH.Opcode() != wire.RCRDMAReadRequest {
+			return false
+		}
+		requests++
+		if !dropped {
+			dropped = true
+			return true // the first request: only the timer recovers it
+		}
+		return false
+	}
+	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{dst.SGE(0, 16<<10)}, RemoteAddr: src.Addr, RKey: src.RKey})
+	wcs := p.waitWC(t, p.a.SendCQ, 1)
+	if wcs[0].Status != transport.WCSuccess {
+		t.Fatalf("status %v", wcs[0].Status)
+	}
+	if !bytes.Equal(dst.Bytes, src.Bytes) {
+		t.Fatal("READ data differs")
+	}
+	if got := p.a.QP.Counters().Get(transport.RetransmitTimeouts); got != 1 {
+		t.Errorf("retransmit timeouts %d, want 1", got)
+	}
+	if requests != 2 {
+		t.Errorf("%d READ requests, want 2 (the lost one and the probe)", requests)
 	}
 }

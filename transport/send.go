@@ -103,6 +103,7 @@ type sendSide struct {
 	// the whole window again on top of its backlog (go-back-N after every
 	// timeout is how a slow responder is driven into collapse).
 	probe, probeSent bool
+	probeEnd         wire.PSN // the PSN after those the probe asked for
 
 	stopIssue bool // an errored WQE is waiting for its in-order completion
 	drained   bool // SQ drained event sent for this SQD
@@ -596,7 +597,13 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 			f.BTH.AckReq = true
 			ss.noAck = 0
 		}
-		ss.probeSent = ss.probe
+		if ss.probe {
+			ss.probeSent = true
+			ss.probeEnd = psn.Add(1)
+			if w.wr.Opcode == WRRDMARead {
+				ss.probeEnd = w.lastPSN().Add(1) // one request, every missing response
+			}
+		}
 	}
 	info := f.BTH.Opcode.Info()
 	h := q.env.Out.Headroom()
@@ -1071,8 +1078,14 @@ func (ss *sendSide) after(s *qpSnap, now time.Time, progress, rnr bool) {
 		ss.inRetry = false
 		if ss.probe {
 			// The peer is answering: the rest of the window goes out
-			// again from what it has not acknowledged.
-			ss.retry(ss.comp)
+			// again from what it has not acknowledged, except what the
+			// probe itself asked for: a probing READ's first response
+			// is progress while the rest of its responses are on the way.
+			from := ss.comp
+			if ss.probeSent && ss.probeEnd.After(from) {
+				from = ss.probeEnd
+			}
+			ss.retry(from)
 		}
 		if ss.net < ss.head {
 			ss.net = ss.head
