@@ -274,6 +274,10 @@ func (q *QP) sendLoop() {
 		case it := <-q.respIn:
 			q.handleResp(it)
 		case <-timer.C:
+			// select picks among ready cases at random: responses that
+			// came in before the deadline are handled before it is
+			// checked, so they count as the peer's answer, not silence.
+			q.drainResp()
 		}
 		next := q.drainAndRun(&wr)
 		timer.Stop()
@@ -384,6 +388,11 @@ func (q *QP) handleReq(it *rxItem) {
 func (q *QP) handleResp(it *rxItem) {
 	q.tq.HandleResponse(&it.rx)
 	q.d.putRx(it)
+	q.drainResp()
+}
+
+// drainResp handles the responses already queued, a bounded batch.
+func (q *QP) drainResp() {
 	for range 64 {
 		select {
 		case it := <-q.respIn:
