@@ -28,6 +28,28 @@ func TestAnalyzeRetransmits(t *testing.T) {
 		return capFrame{at: ms(at), toVrnicd: true, op: wire.RCAtomicAcknowledge, qp: 0x11, psn: psn, hasAETH: true}
 	}
 	send := wire.RCSendOnly
+	read := func(at float64, psn uint32, n int) capFrame {
+		f := req(at, wire.RCRDMAReadRequest, psn)
+		f.readLen = n
+		return f
+	}
+	readResp := func(at float64, psn uint32) capFrame {
+		return capFrame{at: ms(at), toVrnicd: true, op: wire.RCRDMAReadResponseMiddle, qp: 0x11, psn: psn}
+	}
+	readResps := func(at float64, first, last uint32) []capFrame {
+		var fs []capFrame
+		for p := first; p <= last; p++ {
+			fs = append(fs, readResp(at+0.01*float64(p-first), p))
+		}
+		return fs
+	}
+	cat := func(parts ...[]capFrame) []capFrame {
+		var fs []capFrame
+		for _, p := range parts {
+			fs = append(fs, p...)
+		}
+		return fs
+	}
 	for _, tc := range []struct {
 		name               string
 		frames             []capFrame
@@ -67,6 +89,11 @@ func TestAnalyzeRetransmits(t *testing.T) {
 		{"two timeouts in a row, each a deadline apart", []capFrame{
 			req(0, send, 100), req(67.3, send, 100), req(134.6, send, 100), ack(140, 100),
 		}, 2, 0, "armed at 67.300 ms, then 67.3 ms"},
+		{"a READ's probe after a resend of it, for the responses still missing", cat(
+			[]capFrame{read(0, 100, 16<<10)}, readResps(1, 100, 115),
+			[]capFrame{read(3, 116, 16<<10), read(70.1, 116, 16<<10)}, readResps(71, 116, 120),
+			[]capFrame{read(140, 121, 11<<10)}, readResps(141, 121, 131),
+		), 2, 0, "retry 2 at 140.000 ms: RC_RDMA_READ_REQUEST psn 0x000079 to qp 0x000022: timeout: armed at 71.040 ms, then 69.0 ms"},
 		{"the second timeout came early", []capFrame{
 			req(0, send, 100), req(67.3, send, 100), req(100, send, 100), ack(140, 100),
 		}, 2, 1, "last armed at 67.300 ms, 32.7 ms before"},

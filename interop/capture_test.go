@@ -361,7 +361,13 @@ func analyzeRetransmits(frames, guest []capFrame, timeout time.Duration, pathMTU
 					s.pending = append(s.pending, *f)
 				}
 			}
-			start := retry && (!s.lastRetry || !psn.After(s.lastPSN))
+			// A retry starts an episode unless it continues the one before
+			// (a later PSN of the same resend). A later PSN that follows
+			// a whole deadline of silence since the timer was last armed
+			// is a new timeout all the same: e.g. the probe for the rest
+			// of a READ whose resent request was the last thing sent.
+			quiet := len(s.arms) > 0 && f.at-s.arms[len(s.arms)-1] >= timeout-slack
+			start := retry && (!s.lastRetry || !psn.After(s.lastPSN) || quiet)
 			s.lastRetry, s.lastPSN = retry, psn
 			if !start {
 				continue
