@@ -668,10 +668,10 @@ func (r *row) fail(t *testing.T, format string, args ...any) {
 // after the tables.
 func digest(msg string) string {
 	lines := strings.Split(strings.TrimRight(msg, "\n"), "\n")
-	if len(lines) <= 24 {
+	if len(lines) <= 18 {
 		return strings.Join(lines, "\n")
 	}
-	return strings.Join(lines[:16], "\n") + fmt.Sprintf("\n[... %d lines ...]\n", len(lines)-24) + strings.Join(lines[len(lines)-8:], "\n")
+	return strings.Join(lines[:12], "\n") + fmt.Sprintf("\n[... %d lines ...]\n", len(lines)-18) + strings.Join(lines[len(lines)-6:], "\n")
 }
 
 // record adds the row to the summary; a row left without a result is one
@@ -728,10 +728,18 @@ func printSummary() {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", pr.bed, pr.name, pr.mtu, dash(cells["kernel-server"]), dash(cells["kernel-client"]), dash(cells["vrnicd-vrnicd"]))
 	}
 	w.Flush()
+	var reasons []string
 	for _, r := range summary {
 		if r.result == "FAIL" && r.why != "" {
-			fmt.Printf("\n=== FAIL %s / %s / %s / MTU %d / %s:\n%s\n", r.bed, r.name, r.dir, r.mtu, r.gid, digest(r.why))
+			where := fmt.Sprintf("%s / %s / %s / MTU %d / %s", r.bed, r.name, r.dir, r.mtu, r.gid)
+			fmt.Printf("\n=== FAIL %s:\n%s\n", where, digest(r.why))
+			first, _, _ := strings.Cut(r.why, "\n")
+			reasons = append(reasons, where+": "+first)
 		}
+	}
+	// Last, one line per failure: what a truncated log still shows.
+	for _, l := range reasons {
+		fmt.Println("=== FAILED " + l)
 	}
 }
 
