@@ -83,9 +83,13 @@ type Device struct {
 	mu      sync.RWMutex
 	qps     map[uint32]*QP // +checklocks:mu
 	nextQPN uint32         // +checklocks:mu
-	srqs    map[*transport.SRQ]struct{}
-	nextSRQ uint32
-	closed  bool
+	// lingering: destroyed RC QPs that still acknowledge duplicates
+	// (transport.ClosedQP) until their time is up; their QPNs are not
+	// handed out again meanwhile.
+	lingering map[uint32]lingerQP // +checklocks:mu
+	srqs      map[*transport.SRQ]struct{}
+	nextSRQ   uint32
+	closed    bool
 }
 
 type senderBox struct{ s Sender }
@@ -115,7 +119,8 @@ func NewDevice(cfg Config) (*Device, error) {
 	}
 	cfg.Limits.defaults()
 	d := &Device{cfg: cfg, log: cfg.Log, gids: cfg.GIDs, clock: cfg.Clock, qps: map[uint32]*QP{}, nextQPN: 0x11,
-		srqs: map[*transport.SRQ]struct{}{}, nextSRQ: 1}
+		lingering: map[uint32]lingerQP{},
+		srqs:      map[*transport.SRQ]struct{}{}, nextSRQ: 1}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}

@@ -52,7 +52,10 @@ func (d *Device) ingress(tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 	q := d.qps[qpn]
 	d.mu.RUnlock()
 	if q == nil {
-		d.ctr.Inc(transport.RcvdDropped)
+		rx := transport.RxPacket{Packet: pkt, SrcGID: src, DstGID: dst, IPHeader: iphdr, SrcPort: sport}
+		if !d.answerClosed(qpn, &rx) {
+			d.ctr.Inc(transport.RcvdDropped)
+		}
 		return
 	}
 	typ := q.tq.Type()

@@ -26,6 +26,7 @@ const (
 	ICRCErrors                           // icrc_errors (counted by the link layer)
 	RcvdDropped                          // rcvd_dropped: packets dropped (bad Q_Key, no WQE on UD, UC gap, ...)
 	NAKsSent                             // naks_sent
+	ClosedQPAcks                         // closed_qp_acks: duplicates a destroyed QP acknowledged again (ClosedQP)
 	numCounters
 )
 
@@ -34,6 +35,7 @@ var counterNames = [numCounters]string{
 	"rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "send_err",
 	"retransmit_timeouts", "retransmitted_pkts", "local_ops_executed", "local_op_replays",
 	"mr_changed_under_unacked_wqe", "icrc_errors", "rcvd_dropped", "naks_sent",
+	"closed_qp_acks",
 }
 
 func (c Counter) String() string { return counterNames[c] }

@@ -69,10 +69,11 @@ type recvSide struct {
 	lastGen, lastResets uint64
 	state               QPState
 
-	psn     wire.PSN // next expected PSN
-	msn     uint32
-	nakSent bool // a PSN-sequence or RNR NAK went out for psn: drop until it arrives
-	ucDrop  bool // UC: dropping until the next FIRST/ONLY
+	psn       wire.PSN // next expected PSN
+	msn       uint32
+	connected bool // reached RTR since the last reset: psn and msn are the peer's
+	nakSent   bool // a PSN-sequence or RNR NAK went out for psn: drop until it arrives
+	ucDrop    bool // UC: dropping until the next FIRST/ONLY
 
 	inMsg    msgKind
 	cur      rwqe
@@ -106,6 +107,7 @@ func (rs *recvSide) init(q *QP) {
 	rs.rqMask = n - 1
 	rs.tx = make([]TxPacket, 0, txBatch)
 	rs.state = StateReset
+	rs.connected = false
 }
 
 func (rs *recvSide) sync() *qpSnap {
@@ -122,6 +124,7 @@ func (rs *recvSide) sync() *qpSnap {
 	if rs.state < StateRTR && st >= StateRTR && st != StateErr {
 		rs.psn = wire.PSN(s.attr.RQPSN)
 		rs.msn = 0
+		rs.connected = true
 		rs.nakSent, rs.ucDrop = false, false
 		n := max(int(s.attr.MaxDestRdAtomic), 1)
 		rs.res = make([]rdRes, n)
