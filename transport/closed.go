@@ -35,9 +35,9 @@ func (q *QP) Closed() (c ClosedQP, ok bool) {
 }
 
 // Answer sends the ACK a live responder would send to p, a duplicate SEND
-// or WRITE request (IBA 9.7.5.1.1: acknowledged again with the last PSN
-// received) on the QP's path, and reports whether it did. Anything else
-// gets no answer.
+// or WRITE request (acknowledged again with the last PSN received, as
+// recvSide.duplicate and rxe's duplicate_request do) on the QP's path, and
+// reports whether it did. Anything else gets no answer.
 func (c *ClosedQP) Answer(p *RxPacket, out Output) bool {
 	info := p.Op
 	if info == nil || p.BTH.Opcode().Transport() != wire.TransportRC || !info.Has(wire.FlagRequest) ||
