@@ -37,10 +37,10 @@ func TestAckOfLastPSNDuringResendCompletesTheSend(t *testing.T) {
 	p := newPair(t, 21, tt.Options{Timeout: 14, PSN: [2]uint32{0x100, 0x200}})
 	src := p.buf(t, p.a, 8192, 0x10000)
 	dst := p.buf(t, p.b, 8192, 0x20000)
-	postRecv(t, p.b.QP, 1, dst.SGE(0, 8192))
+	postRecv(t, p.b, 1, dst.SGE(0, 8192))
 	// The responder gets all four packets; its responses are lost for now.
 	p.net.Faults.Drop = func(f *tt.Frame) bool { return f.From == p.b.Node }
-	post(t, p.a.QP, transport.SendWR{ID: 7, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 4096)}})
+	post(t, p.a, transport.SendWR{ID: 7, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 4096)}})
 	if err := p.net.Run(func() bool { return p.net.InFlight() == 0 && p.b.RecvCQ.Len() == 1 }, 10_000); err != nil {
 		t.Fatalf("the SEND did not reach the responder: %v", err)
 	}

@@ -58,10 +58,10 @@ func TestRCSendWriteReadAtomic(t *testing.T) {
 	fill(src.Bytes, 3)
 
 	// SEND 2500 bytes: FIRST/MIDDLE/LAST at MTU 1024.
-	if err := p.b.QP.PostRecv(&transport.RecvWR{ID: 7, SGL: []transport.SGE{dst.SGE(0, 4096)}}); err != nil {
+	if err := p.b.PostRecv(&transport.RecvWR{ID: 7, SGL: []transport.SGE{dst.SGE(0, 4096)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.a.QP.PostSend(&transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+	if err := p.a.PostSend(&transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{src.SGE(0, 2500)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +77,12 @@ func TestRCSendWriteReadAtomic(t *testing.T) {
 	}
 
 	// WRITE 5000 bytes into dst at offset 100, then READ them back.
-	if err := p.a.QP.PostSend(&transport.SendWR{ID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+	if err := p.a.PostSend(&transport.SendWR{ID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{src.SGE(1000, 5000)}, RemoteAddr: dst.Addr + 100, RKey: dst.RKey}); err != nil {
 		t.Fatal(err)
 	}
 	back := p.buf(t, p.a, 8192, 0x30000)
-	if err := p.a.QP.PostSend(&transport.SendWR{ID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+	if err := p.a.PostSend(&transport.SendWR{ID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{back.SGE(0, 5000)}, RemoteAddr: dst.Addr + 100, RKey: dst.RKey}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +97,11 @@ func TestRCSendWriteReadAtomic(t *testing.T) {
 	// FETCH_ADD then COMPARE_SWAP on an 8-byte word.
 	binary.LittleEndian.PutUint64(dst.Bytes[4096:], 40)
 	res := p.buf(t, p.a, 16, 0x40000)
-	if err := p.a.QP.PostSend(&transport.SendWR{ID: 4, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+	if err := p.a.PostSend(&transport.SendWR{ID: 4, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{res.SGE(0, 8)}, RemoteAddr: dst.Addr + 4096, RKey: dst.RKey, CompareAdd: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.a.QP.PostSend(&transport.SendWR{ID: 5, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+	if err := p.a.PostSend(&transport.SendWR{ID: 5, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{res.SGE(8, 8)}, RemoteAddr: dst.Addr + 4096, RKey: dst.RKey, CompareAdd: 42, Swap: 99}); err != nil {
 		t.Fatal(err)
 	}

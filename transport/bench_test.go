@@ -28,11 +28,11 @@ func benchEngine(b *testing.B, op transport.WROpcode, size int, mtu transport.MT
 	for done < b.N {
 		for posted < b.N && posted-done < 32 {
 			if op == transport.WRSend {
-				if err := z.QP.PostRecv(&recv); err != nil {
+				if err := z.PostRecv(&recv); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if err := a.QP.PostSend(&wr); err != nil {
+			if err := a.PostSend(&wr); err != nil {
 				b.Fatal(err)
 			}
 			posted++

@@ -281,7 +281,7 @@ func replayCapture(t *testing.T, file string, typ transport.QPType) {
 		srcs[from] = regAt(ep, 0x7000_0000, 1<<16, nil)
 		rbuf := regAt(ep, 0x7100_0000, 1<<16, nil)
 		for i := range 16 {
-			if err := ep.QP.PostRecv(&transport.RecvWR{ID: uint64(i), SGL: []transport.SGE{rbuf.SGE(i*4096, 4096)}}); err != nil {
+			if err := ep.PostRecv(&transport.RecvWR{ID: uint64(i), SGL: []transport.SGE{rbuf.SGE(i*4096, 4096)}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -328,7 +328,7 @@ func replayCapture(t *testing.T, file string, typ transport.QPType) {
 				wr.Opcode, wr.CompareAdd = transport.WRAtomicFetchAdd, a.SwapAdd()
 			}
 		}
-		if err := ep.QP.PostSend(&wr); err != nil {
+		if err := ep.PostSend(&wr); err != nil {
 			t.Fatalf("frame %d: %v", m.pkts[0].frame, err)
 		}
 		posted[ep]++

@@ -64,7 +64,7 @@ func TestTimeoutProbesWithTheOldestPacket(t *testing.T) {
 				}
 				return false
 			}
-			post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 				SGL: []transport.SGE{src.SGE(0, 16<<10)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
 			wcs := p.waitWC(t, p.a.SendCQ, 1)
 			if wcs[0].Status != transport.WCSuccess {
@@ -113,7 +113,7 @@ func TestTimeoutProbeReadIsNotRequestedTwice(t *testing.T) {
 		}
 		return false
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{dst.SGE(0, 16<<10)}, RemoteAddr: src.Addr, RKey: src.RKey})
 	wcs := p.waitWC(t, p.a.SendCQ, 1)
 	if wcs[0].Status != transport.WCSuccess {

@@ -12,16 +12,16 @@ import (
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
-func post(t *testing.T, q *transport.QP, wr transport.SendWR) {
+func post(t *testing.T, ep *tt.Endpoint, wr transport.SendWR) {
 	t.Helper()
-	if err := q.PostSend(&wr); err != nil {
+	if err := ep.PostSend(&wr); err != nil {
 		t.Fatalf("post %v: %v", wr.Opcode, err)
 	}
 }
 
-func postRecv(t *testing.T, q *transport.QP, id uint64, sge transport.SGE) {
+func postRecv(t *testing.T, ep *tt.Endpoint, id uint64, sge transport.SGE) {
 	t.Helper()
-	if err := q.PostRecv(&transport.RecvWR{ID: id, SGL: []transport.SGE{sge}}); err != nil {
+	if err := ep.PostRecv(&transport.RecvWR{ID: id, SGL: []transport.SGE{sge}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -70,14 +70,14 @@ func TestSeedScenarioFastRegUnderLoss(t *testing.T) {
 		}
 		sge := []transport.SGE{{Addr: iova, Length: n, LKey: key}}
 		roff := uint64((r % 2) * n)
-		post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRegMR, Flags: transport.SendSignaled,
+		post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRegMR, Flags: transport.SendSignaled,
 			RegMR: &transport.RegMRWR{Key: key, Pages: pl, PageSize: pageSize, IOVA: iova, Length: n,
 				Access: mem.LocalWrite | mem.RemoteRead | mem.RemoteWrite}})
-		post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: sge,
+		post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: sge,
 			RemoteAddr: remote.Addr + roff, RKey: remote.RKey})
-		post(t, p.a.QP, transport.SendWR{ID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: sge,
+		post(t, p.a, transport.SendWR{ID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: sge,
 			RemoteAddr: remote.Addr + (n - roff), RKey: remote.RKey})
-		post(t, p.a.QP, transport.SendWR{ID: 4, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, ImmData: key})
+		post(t, p.a, transport.SendWR{ID: 4, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, ImmData: key})
 		wcs := p.waitWC(t, p.a.SendCQ, 4)
 		for i, wc := range wcs {
 			if wc.Status != transport.WCSuccess || wc.WRID != uint64(i+1) {
@@ -137,7 +137,7 @@ func TestRetransmitTimerLosslessAndOneDrop(t *testing.T) {
 		for done < ops {
 			burst := min(16, ops-done)
 			for i := range burst {
-				post(t, p.a.QP, transport.SendWR{ID: uint64(done + i), Opcode: transport.WRRDMAWrite,
+				post(t, p.a, transport.SendWR{ID: uint64(done + i), Opcode: transport.WRRDMAWrite,
 					Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
 			}
 			for _, wc := range p.waitWC(t, p.a.SendCQ, burst) {
@@ -189,13 +189,13 @@ func TestRNRNakWaitsMinRNRTimerThenSucceeds(t *testing.T) {
 			naks++
 			if naks == 2 {
 				nakAt = p.net.Clock.Now()
-				postRecv(t, p.b.QP, 9, dst.SGE(0, 4096))
+				postRecv(t, p.b, 9, dst.SGE(0, 4096))
 			}
 		case f.Pkt.BTH.Opcode() == wire.RCSendOnly && naks == 2 && retryAt.IsZero():
 			retryAt = p.net.Clock.Now()
 		}
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 100)}})
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 100)}})
 	if wc := p.waitWC(t, p.a.SendCQ, 1); wc[0].Status != transport.WCSuccess {
 		t.Fatalf("send %v", wc[0].Status)
 	}
@@ -219,8 +219,8 @@ func TestRNRNakWaitsMinRNRTimerThenSucceeds(t *testing.T) {
 func TestRNRRetryExhaustedIsRNRRetryExcErr(t *testing.T) {
 	p := newPair(t, 5, tt.Options{RNRRetry: tt.U8(3), MinRNRTimer: 1})
 	src := p.buf(t, p.a, 4096, 0x1000)
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 10)}})
-	post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 10)}})
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 10)}})
+	post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 10)}})
 	wcs := p.waitWC(t, p.a.SendCQ, 2)
 	if wcs[0].Status != transport.WCRNRRetryExcErr || wcs[1].Status != transport.WCWRFlushErr {
 		t.Fatalf("completions %v, %v; want RNR_RETRY_EXC_ERR, WR_FLUSH_ERR", wcs[0].Status, wcs[1].Status)
@@ -241,7 +241,7 @@ func TestRetryExhaustedIsRetryExcErr(t *testing.T) {
 	dst := p.buf(t, p.b, 4096, 0x2000)
 	p.net.Faults.Drop = func(f *tt.Frame) bool { return true }
 	start := p.net.Clock.Now()
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, SGL: []transport.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, SGL: []transport.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
 	wcs := p.waitWC(t, p.a.SendCQ, 1)
 	if wcs[0].Status != transport.WCRetryExcErr {
 		t.Fatalf("status %v, want RETRY_EXC_ERR", wcs[0].Status)
@@ -277,7 +277,7 @@ func TestRetransmitTimerStartsWhenThePacketLeaves(t *testing.T) {
 		left = append(left, p.net.Clock.Now())
 		return true
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
 	if wc := p.waitWC(t, p.a.SendCQ, 1); wc[0].Status != transport.WCRetryExcErr {
 		t.Fatalf("status %v, want RETRY_EXC_ERR (every copy dropped)", wc[0].Status)
@@ -317,12 +317,12 @@ func TestErrorNAKsMapToCompletionStatus(t *testing.T) {
 			p := newPair(t, 7, tt.Options{})
 			src := p.buf(t, p.a, 4096, 0x1000)
 			dst := p.buf(t, p.b, 4096, 0x2000)
-			postRecv(t, p.b.QP, 1, dst.SGE(0, 1000))
-			postRecv(t, p.b.QP, 2, dst.SGE(0, 1000))
+			postRecv(t, p.b, 1, dst.SGE(0, 1000))
+			postRecv(t, p.b, 2, dst.SGE(0, 1000))
 			wr := tc.wr(src, dst)
 			wr.ID = 1
-			post(t, p.a.QP, wr)
-			post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 8)}})
+			post(t, p.a, wr)
+			post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 8)}})
 			wcs := p.waitWC(t, p.a.SendCQ, 2)
 			if wcs[0].Status != tc.want || wcs[1].Status != transport.WCWRFlushErr {
 				t.Fatalf("completions %v, %v; want %v, WR_FLUSH_ERR", wcs[0].Status, wcs[1].Status, tc.want)
@@ -350,7 +350,7 @@ func TestLocalInvWaitsForEarlierWQEsAndFenceWaitsForReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := &tt.Buffer{Bytes: backing, LKey: key, RKey: key, Addr: 0x1000}
-	post(t, p.a.QP, transport.SendWR{ID: 0, Opcode: transport.WRRegMR, RegMR: &transport.RegMRWR{Key: key,
+	post(t, p.a, transport.SendWR{ID: 0, Opcode: transport.WRRegMR, RegMR: &transport.RegMRWR{Key: key,
 		Pages: []mem.Page{{Backing: mem.NewSliceBacking(backing)}}, PageSize: 4096, IOVA: 0x1000, Length: 4096, Access: mem.LocalWrite}})
 	var order []string
 	p.net.Tap = func(f *tt.Frame) { order = append(order, f.Pkt.Op.Name) }
@@ -362,11 +362,11 @@ func TestLocalInvWaitsForEarlierWQEsAndFenceWaitsForReads(t *testing.T) {
 		}
 		return false
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMARead, SGL: []transport.SGE{local.SGE(0, 4096)}, RemoteAddr: remote.Addr, RKey: remote.RKey})
-	post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendFence, SGL: []transport.SGE{local.SGE(0, 8)}})
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMARead, SGL: []transport.SGE{local.SGE(0, 4096)}, RemoteAddr: remote.Addr, RKey: remote.RKey})
+	post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendFence, SGL: []transport.SGE{local.SGE(0, 8)}})
 	_ = remote
-	post(t, p.a.QP, transport.SendWR{ID: 3, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, ImmData: local.LKey})
-	postRecv(t, p.b.QP, 1, remote.SGE(4096, 64))
+	post(t, p.a, transport.SendWR{ID: 3, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, ImmData: local.LKey})
+	postRecv(t, p.b, 1, remote.SGE(4096, 64))
 	// Run until the wire is quiet but before the retransmit timer.
 	if err := p.net.Run(func() bool { return p.net.InFlight() == 0 && p.a.SendCQ.Len() == 0 }, 1000); err != nil {
 		t.Fatal(err)
@@ -402,7 +402,7 @@ func TestMRChangedUnderUnackedWQEIsCounted(t *testing.T) {
 		}
 		return false
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 		SGL: []transport.SGE{local.SGE(0, 64)}, RemoteAddr: remote.Addr, RKey: remote.RKey})
 	if err := p.net.Run(func() bool { return dropped && p.net.InFlight() == 0 }, 1000); err != nil {
 		t.Fatal(err)
@@ -439,9 +439,9 @@ func TestUCDropsMessageWithGapAndResyncsOnNextFirst(t *testing.T) {
 		}
 		return false
 	}
-	postRecv(t, p.b.QP, 1, dst.SGE(0, 8192))
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 3000)}})
-	post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(100, 2500)}})
+	postRecv(t, p.b, 1, dst.SGE(0, 8192))
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 3000)}})
+	post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(100, 2500)}})
 	p.waitWC(t, p.a.SendCQ, 1)
 	wcs := p.waitWC(t, p.b.RecvCQ, 1)
 	if wcs[0].Status != transport.WCSuccess || wcs[0].ByteLen != 2500 || wcs[0].WRID != 1 {
@@ -464,10 +464,10 @@ func TestUDGRHQKeyAndMTU(t *testing.T) {
 	dst := p.buf(t, p.b, 8192, 0x2000)
 	fill(src.Bytes, 9)
 	av := p.a.Node.AV(p.b.Node)
-	postRecv(t, p.b.QP, 1, dst.SGE(0, 2048))
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 7)}, AH: &av,
+	postRecv(t, p.b, 1, dst.SGE(0, 2048))
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 7)}, AH: &av,
 		RemoteQPN: p.b.QP.QPN(), RemoteQKey: 0x22222222})
-	post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSendWithImm, ImmData: 0xabcd, SGL: []transport.SGE{src.SGE(0, 512)},
+	post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSendWithImm, ImmData: 0xabcd, SGL: []transport.SGE{src.SGE(0, 512)},
 		AH: &av, RemoteQPN: p.b.QP.QPN(), RemoteQKey: 0x11111111})
 	wcs := p.waitWC(t, p.b.RecvCQ, 1)
 	if wcs[0].Status != transport.WCSuccess || wcs[0].ByteLen != 552 || wcs[0].SrcQP != p.a.QP.QPN() ||
@@ -483,7 +483,7 @@ func TestUDGRHQKeyAndMTU(t *testing.T) {
 	if p.b.QP.Counters().Get(transport.RcvdDropped) != 1 {
 		t.Error("the datagram with the wrong Q_Key was not dropped")
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 2000)},
+	post(t, p.a, transport.SendWR{ID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 2000)},
 		AH: &av, RemoteQPN: p.b.QP.QPN(), RemoteQKey: 0x11111111})
 	wcs = p.waitWC(t, p.a.SendCQ, 1)
 	if wcs[0].Status != transport.WCLocLenErr || p.a.QP.State() != transport.StateSQE {
@@ -519,12 +519,12 @@ func TestSRQSharedAndLimitEvent(t *testing.T) {
 	if err := srq.Modify(0, false, 5, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := b1.QP.PostRecv(&transport.RecvWR{ID: 99}); !errors.Is(err, transport.ErrInvalid) {
+	if err := b1.PostRecv(&transport.RecvWR{ID: 99}); !errors.Is(err, transport.ErrInvalid) {
 		t.Errorf("PostRecv on an SRQ QP: %v, want ErrInvalid", err)
 	}
 	for i, a := range []*tt.Endpoint{a1, a2, a1, a2} {
 		src, _ := a.RegBuffer(64, uint64(0x1000+i*0x100), rw)
-		post(t, a.QP, transport.SendWR{ID: uint64(i), Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 64)}})
+		post(t, a, transport.SendWR{ID: uint64(i), Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 64)}})
 	}
 	if err := n.Run(func() bool { return b1.RecvCQ.Len()+b2.RecvCQ.Len() == 4 }, 10000); err != nil {
 		t.Fatal(err)
@@ -660,10 +660,10 @@ func TestTooManyOutstandingReadsIsInvalidRequest(t *testing.T) {
 func TestFaultedRecvWQEIsRemoteOperationalError(t *testing.T) {
 	p := newPair(t, 16, tt.Options{})
 	src := p.buf(t, p.a, 64, 0x1000)
-	if err := p.b.QP.PostRecv(&transport.RecvWR{ID: 5, Fault: transport.WCLocQPOpErr}); err != nil {
+	if err := p.b.PostRecv(&transport.RecvWR{ID: 5, Fault: transport.WCLocQPOpErr}); err != nil {
 		t.Fatal(err)
 	}
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSolicited, SGL: []transport.SGE{src.SGE(0, 8)}})
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSolicited, SGL: []transport.SGE{src.SGE(0, 8)}})
 	if wc := p.waitWC(t, p.a.SendCQ, 1); wc[0].Status != transport.WCRemOpErr {
 		t.Fatalf("sender %v, want REM_OP_ERR", wc[0].Status)
 	}
@@ -677,10 +677,10 @@ func TestSolicitedEventReachesTheCompletion(t *testing.T) {
 	p := newPair(t, 17, tt.Options{})
 	src := p.buf(t, p.a, 64, 0x1000)
 	dst := p.buf(t, p.b, 64, 0x2000)
-	postRecv(t, p.b.QP, 1, dst.SGE(0, 64))
-	postRecv(t, p.b.QP, 2, dst.SGE(0, 64))
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 8)}})
-	post(t, p.a.QP, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSolicited, SGL: []transport.SGE{src.SGE(0, 8)}})
+	postRecv(t, p.b, 1, dst.SGE(0, 64))
+	postRecv(t, p.b, 2, dst.SGE(0, 64))
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 8)}})
+	post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSolicited, SGL: []transport.SGE{src.SGE(0, 8)}})
 	wcs := p.waitWC(t, p.b.RecvCQ, 2)
 	if wcs[0].Solicited || !wcs[1].Solicited {
 		t.Fatalf("solicited flags %v, %v; want false, true", wcs[0].Solicited, wcs[1].Solicited)
@@ -697,8 +697,8 @@ func TestGSIUsesTheWellKnownQKey(t *testing.T) {
 	var deths []wire.DETHFields
 	p.net.Tap = func(f *tt.Frame) { deths = append(deths, f.Pkt.DETH.Fields()) }
 	av := p.a.Node.AV(p.b.Node)
-	postRecv(t, p.b.QP, 1, dst.SGE(0, 512))
-	post(t, p.a.QP, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 256)}, AH: &av, RemoteQPN: 1, RemoteQKey: 0x1234})
+	postRecv(t, p.b, 1, dst.SGE(0, 512))
+	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 256)}, AH: &av, RemoteQPN: 1, RemoteQKey: 0x1234})
 	wc := p.waitWC(t, p.b.RecvCQ, 1)
 	if wc[0].Status != transport.WCSuccess || wc[0].SrcQP != 1 || wc[0].ByteLen != 256+transport.GRHLen {
 		t.Fatalf("receive %+v", wc[0])

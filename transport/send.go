@@ -301,11 +301,15 @@ func (q *QP) RunSend() time.Time {
 	if !ss.deadline.IsZero() && !now.Before(ss.deadline) && ss.rnrWake.IsZero() {
 		ss.timeout(s)
 	}
-	for budget := maxRunPackets; budget > 0 && q.State() != StateErr; {
+	budget := maxRunPackets
+	for budget > 0 && q.State() != StateErr {
 		sent, more := ss.transmit(s, budget)
 		budget -= sent
-		ss.complete()
-		if !more {
+		// A WQE waiting at the issue cursor (LOCAL_INV behind earlier
+		// WQEs, a fence or the rd_atomic limit behind READ/atomic credits)
+		// may be free to start once complete retires what it waited for:
+		// go round again, nothing else would wake this side for it.
+		if retired := ss.complete(); !more && retired == 0 {
 			break
 		}
 	}
@@ -319,6 +323,9 @@ func (q *QP) RunSend() time.Time {
 		if s.attr.SQDrainNotify {
 			q.event(EventSQDrained)
 		}
+	}
+	if budget <= 0 {
+		return now // more to send: yield, and run again at once
 	}
 	return ss.nextWake()
 }
@@ -819,13 +826,14 @@ func (ss *sendSide) oldestActive() *swqe {
 	return nil
 }
 
-// complete delivers completions in SQ order.
-func (ss *sendSide) complete() {
+// complete delivers completions in SQ order and returns how many WQEs it
+// retired.
+func (ss *sendSide) complete() (retired int) {
 	q := ss.q
 	for ss.head < ss.issue {
 		w := ss.slot(ss.head)
 		if w.state != wqeDone {
-			return
+			return retired
 		}
 		if w.credit {
 			ss.rdInFlight--
@@ -836,12 +844,13 @@ func (ss *sendSide) complete() {
 		}
 		ss.releaseRefs(w)
 		ss.head++
+		retired++
 		q.retiredSend()
 		if q.sigAll || w.wr.Flags&SendSignaled != 0 || w.status != WCSuccess {
 			ss.wc = WC{WRID: w.wr.ID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), ByteLen: uint32(w.length), QPN: q.qpn}
 			if !q.sendCQ.Push(&ss.wc) {
 				q.fatal(EventQPFatal, "send CQ overflow")
-				return
+				return retired
 			}
 		}
 		if w.status != WCSuccess {
@@ -851,9 +860,10 @@ func (ss *sendSide) complete() {
 			} else {
 				q.sendQueueError(fmt.Sprintf("send WQE %v completed with %v", w.wr.Opcode, w.status))
 			}
-			return
+			return retired
 		}
 	}
+	return retired
 }
 
 // flush completes every remaining WQE with WR_FLUSH_ERR.

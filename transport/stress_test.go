@@ -84,7 +84,7 @@ func newFlow(t *testing.T, id int, a, b *tt.Endpoint, total int, seed uint64) *f
 
 func (f *flow) postRecv() {
 	i := f.recvs % recvSlots
-	if err := f.b.QP.PostRecv(&transport.RecvWR{ID: uint64(f.recvs), SGL: []transport.SGE{f.rbufs.SGE(i*recvSize, recvSize)}}); err != nil {
+	if err := f.b.PostRecv(&transport.RecvWR{ID: uint64(f.recvs), SGL: []transport.SGE{f.rbufs.SGE(i*recvSize, recvSize)}}); err != nil {
 		f.t.Fatal(err)
 	}
 	f.recvs++
@@ -174,7 +174,7 @@ func (f *flow) post() {
 			wr.RemoteAddr, wr.RKey = f.wreg.Addr, f.wreg.RKey
 			wr.SGL = nil
 		}
-		if err := f.a.QP.PostSend(&wr); err != nil {
+		if err := f.a.PostSend(&wr); err != nil {
 			f.t.Fatalf("flow %d op %d %v: post: %v", f.id, seq, o.code, err)
 		}
 		f.sizes[o.code]++

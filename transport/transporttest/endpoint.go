@@ -151,6 +151,22 @@ func bringUp(ep, peer *Endpoint, o Options, rqPSN, sqPSN uint32) error {
 	return q.Modify(&rts, mask)
 }
 
+// PostSend posts wr on the endpoint's QP and rings its doorbell, as the
+// device's send owner runs the engine once it has taken a WR from the
+// client's ring.
+func (ep *Endpoint) PostSend(wr *transport.SendWR) error {
+	err := ep.QP.PostSend(wr)
+	ep.Node.Doorbell(ep.QP)
+	return err
+}
+
+// PostRecv posts wr on the endpoint's QP and rings its doorbell.
+func (ep *Endpoint) PostRecv(wr *transport.RecvWR) error {
+	err := ep.QP.PostRecv(wr)
+	ep.Node.Doorbell(ep.QP)
+	return err
+}
+
 // Buffer is registered memory on a node.
 type Buffer struct {
 	Bytes []byte

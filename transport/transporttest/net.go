@@ -74,6 +74,17 @@ type Node struct {
 	Counters transport.Counters
 	QPs      map[uint32]*transport.QP
 	nextQPN  uint32
+	owners   map[*transport.QP]*owner
+}
+
+// owner is what the device's owner of a QP knows: which of its sides were
+// woken since they last ran, and when the send side asked to run again.
+// RunQPs runs a side only then, as the device does (a doorbell, a packet,
+// a deadline, a hook), so an engine that forgets to ask for a wake-up
+// stalls here as it would in the daemon.
+type owner struct {
+	send, recv bool
+	next       time.Time // the send side's requested wake-up; zero: none
 }
 
 // AddNode adds a device with IPv4 address 192.0.2.<n>.
@@ -81,7 +92,7 @@ func (n *Net) AddNode() *Node {
 	i := len(n.nodes) + 1
 	addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
 	nd := &Node{Net: n, Addr: addr, GID: addr.As16(), Mem: mem.NewTable(mem.Config{KeyByte: func() uint8 { return uint8(n.rng.Uint32()) }}),
-		QPs: map[uint32]*transport.QP{}, nextQPN: 0x11}
+		QPs: map[uint32]*transport.QP{}, nextQPN: 0x11, owners: map[*transport.QP]*owner{}}
 	nd.Env = &transport.Env{Clock: n.Clock, Memory: nd.Mem, Out: (*output)(nd), Device: &nd.Counters, PortMTU: transport.MTU1024}
 	n.nodes = append(n.nodes, nd)
 	n.byAddr[nd.GID] = nd
@@ -97,12 +108,32 @@ func (nd *Node) NewQP(cfg transport.QPConfig) (*transport.QP, error) {
 	if _, dup := nd.QPs[cfg.QPN]; dup {
 		return nil, fmt.Errorf("QPN %#x in use", cfg.QPN)
 	}
+	o := &owner{}
+	cfg.Hooks.WakeSend = chain(cfg.Hooks.WakeSend, func() { o.send = true })
+	cfg.Hooks.WakeRecv = chain(cfg.Hooks.WakeRecv, func() { o.recv = true })
 	q, err := transport.NewQP(nd.Env, cfg)
 	if err != nil {
 		return nil, err
 	}
 	nd.QPs[cfg.QPN] = q
+	nd.owners[q] = o
 	return q, nil
+}
+
+func chain(f, g func()) func() {
+	if f == nil {
+		return g
+	}
+	return func() { f(); g() }
+}
+
+// Doorbell wakes both sides of q, as the device's doorbell does after a
+// client posted to q's rings. A test that posts on the engine directly
+// (q.PostSend) rings it; Endpoint.PostSend and PostRecv do it themselves.
+func (nd *Node) Doorbell(q *transport.QP) {
+	if o := nd.owners[q]; o != nil {
+		o.send, o.recv = true, true
+	}
 }
 
 // AV is an address vector from nd to peer, as rc_pingpong sets it.
@@ -255,31 +286,58 @@ func (n *Net) deliver(f *Frame) {
 		return
 	}
 	n.Stats.Delivered++
+	o := to.owners[q]
 	if rx.Op.Flags&wire.FlagRequest != 0 {
 		q.HandleRequest(&rx)
+		o.recv = true
 	} else {
 		q.HandleResponse(&rx)
+		o.send = true
 	}
 }
 
-// RunQPs runs every QP's owners until none has more to do now, and returns
-// the earliest time one of them asked to run again (zero: none).
+// RunQPs runs the owners that have been woken (by a doorbell, a delivered
+// packet, a hook, or a deadline the send side asked for that has come),
+// each once, as the device does, and returns the earliest time one of them
+// asked to run again (zero: none). A side is never run just because it
+// might have something to do: work it leaves without asking to be woken
+// is a stall, and Run reports it.
 func (n *Net) RunQPs() time.Time {
+	now := n.Clock.Now()
 	var next time.Time
 	for _, nd := range n.nodes {
 		for _, q := range nd.QPs {
-			for range 1 << 16 {
-				if !q.RunRecv() {
-					break
+			o := nd.owners[q]
+			if o.recv {
+				o.recv = false
+				for range 1 << 16 {
+					if !q.RunRecv() { // true: more to do now (the device polls again)
+						break
+					}
 				}
 			}
-			t := q.RunSend()
-			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			if o.send || (!o.next.IsZero() && !now.Before(o.next)) {
+				o.send = false
+				o.next = q.RunSend()
+			}
+			if t := o.next; !t.IsZero() && (next.IsZero() || t.Before(next)) {
 				next = t
 			}
 		}
 	}
 	return next
+}
+
+// pending reports whether some owner was woken and has not run yet.
+func (n *Net) pending() bool {
+	for _, nd := range n.nodes {
+		for _, o := range nd.owners {
+			if o.send || o.recv {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ErrStalled means nothing is on the wire and no QP waits for a timer, but
@@ -305,7 +363,7 @@ func (n *Net) Run(done func() bool, maxEvents int) error {
 		if done() {
 			return nil
 		}
-		if n.InFlight() > 0 {
+		if n.InFlight() > 0 || n.pending() {
 			continue
 		}
 		if next.IsZero() {
