@@ -17,6 +17,8 @@ const (
 	// Hold keeps the frame back and delivers it right after the next frame
 	// that is delivered, reordering the two.
 	Hold
+	// Duplicate delivers the frame twice.
+	Duplicate
 )
 
 // Hook inspects each frame written into a pipe end, before the peer can read
@@ -174,6 +176,10 @@ func (p *PipeEnd) Write(bufs [][]byte, offset int) (int, error) {
 		case Hold:
 			p.held = append(p.held, c)
 			continue
+		case Duplicate:
+			if err := p.push(append([]byte(nil), c...)); err != nil {
+				return i, err
+			}
 		}
 		if err := p.push(c); err != nil {
 			return i, err

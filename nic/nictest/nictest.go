@@ -22,6 +22,8 @@ type Host struct {
 	Stack *netstack.Stack
 	Addr  netip.Addr
 	GIDs  *gid.Table
+	// Link is the host's end of the pipe (SetHook impairs what it sends).
+	Link *link.PipeEnd
 }
 
 // GIDIndex is the index of the host's IPv4-mapped GID (1, as in rxe).
@@ -41,7 +43,7 @@ func Pair(t testing.TB, mtu int) (*Host, *Host) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	hosts := make([]*Host, 2)
-	for i, l := range []link.Link{ea, eb} {
+	for i, l := range []*link.PipeEnd{ea, eb} {
 		addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 		gids := gid.New(l.HardwareAddr(), 0)
 		dev, err := nic.NewDevice(nic.Config{Name: "vrnic" + string(rune('0'+i)), MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids})
@@ -56,7 +58,7 @@ func Pair(t testing.TB, mtu int) (*Host, *Host) {
 		dev.Attach(st)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = st.Run(ctx) }()
-		hosts[i] = &Host{Dev: dev, Stack: st, Addr: addr, GIDs: gids}
+		hosts[i] = &Host{Dev: dev, Stack: st, Addr: addr, GIDs: gids, Link: l}
 	}
 	t.Cleanup(func() {
 		for _, h := range hosts {

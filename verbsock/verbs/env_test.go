@@ -137,6 +137,12 @@ func newSide(t testing.TB, d *verbs.Device, h *nictest.Host, typ verbs.QPType, s
 // first, as rc_pingpong does).
 func connect(t testing.TB, a, b *side) {
 	t.Helper()
+	connectTimeout(t, a, b, 14)
+}
+
+// connectTimeout is connect with the given local ACK timeout.
+func connectTimeout(t testing.TB, a, b *side, timeout uint8) {
+	t.Helper()
 	uc := a.qp.Type() == verbs.QPTypeUC
 	acc := verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if uc {
@@ -164,7 +170,7 @@ func connect(t testing.TB, a, b *side) {
 		if !uc {
 			rts |= verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic
 		}
-		modify(s, verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}, rts)
+		modify(s, verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}, rts)
 	}
 }
 
