@@ -107,7 +107,8 @@ const CQWithEvents uint32 = 1
 // CreateCQReq carries the CQ ring memfd.
 type CreateCQReq struct{ CQE, Flags uint32 }
 
-// CreateCQResp carries the completion eventfd if CQWithEvents was asked.
+// CreateCQResp carries the client's end of the completion channel if
+// CQWithEvents was asked.
 type CreateCQResp struct{ CQ, Entries uint32 }
 
 // ResizeCQReq carries the new ring memfd.
@@ -150,7 +151,7 @@ type CreateQPReq struct {
 	Cap                     QPCap
 }
 
-// CreateQPResp carries the QP's doorbell eventfd.
+// CreateQPResp carries the client's end of the QP's doorbell.
 type CreateQPResp struct {
 	QP, QPN uint32
 	Cap     QPCap
@@ -174,7 +175,7 @@ type QueryQPResp struct {
 // CreateSRQReq carries the SRQ ring memfd.
 type CreateSRQReq struct{ PD, MaxWR, MaxSGE, Limit uint32 }
 
-// CreateSRQResp carries the SRQ's doorbell eventfd.
+// CreateSRQResp carries the client's end of the SRQ's doorbell.
 type CreateSRQResp struct{ SRQ, SRQN, MaxWR, MaxSGE uint32 }
 
 // ModifySRQ masks (enum ibv_srq_attr_mask).

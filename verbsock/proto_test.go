@@ -103,7 +103,7 @@ func TestConnFramingErrors(t *testing.T) {
 		h.Put(buf)
 		return buf
 	}
-	efd, _ := shm.Eventfd()
+	efd, _ := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	defer unix.Close(efd)
 	before := openFDs(t)
 

@@ -480,7 +480,7 @@ type CQ struct {
 	tail     uint64 // private
 	closed   bool
 	overflow bool
-	signal   func() // completion event: write the CQ's eventfd (nil: no events)
+	signal   func() // completion event: wake the CQ's channel (nil: no events)
 	onError  func(reason string)
 	pushed   atomic.Uint64
 }

@@ -15,7 +15,7 @@
 //	128  8     consumer     consumer: count of entries ever consumed
 //	192  4     armed        consumer sets 1 when it found the ring empty and
 //	                        will sleep; the producer that sees 1 swaps it to 0
-//	                        and rings the doorbell eventfd
+//	                        and rings the doorbell
 //	196  4     notify       CQ only: 0 disarmed, 1 next completion, 2
 //	                        solicited or error (ibv_req_notify_cq)
 //

@@ -15,7 +15,6 @@ import (
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
 	"github.com/vrnic/vrnicd/verbsock/shm"
-	"golang.org/x/sys/unix"
 )
 
 // conn is one client. Its request loop is the only writer of the handle
@@ -50,7 +49,7 @@ type conn struct {
 
 	events chan verbsock.EventMsg
 	lost   atomic.Uint32
-	notify chan *cqObj // CQs whose completion eventfd is to be written
+	notify chan *cqObj // CQs whose completion event is to be sent
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -76,7 +75,7 @@ type mwObj struct {
 type cqObj struct {
 	cq      *ring.CQ
 	m       *shm.Mapping
-	ev      *os.File // completion eventfd, nil without events
+	ev      *os.File // the daemon's end of the completion channel, nil without events
 	users   int      // QPs using it (guarded by conn.mu)
 	pending atomic.Bool
 }
@@ -190,6 +189,9 @@ func (c *conn) handle(h verbsock.Header, p []byte, fds []int) bool {
 		return c.replyErr(h, err)
 	}
 	resp, rfds, err := c.dispatch(h.Op, req, fds)
+	// rfds are the client's ends of wake-up channels: the daemon keeps
+	// none of them once they are sent (shm.WakePair).
+	defer verbsock.CloseFDs(rfds)
 	if err != nil {
 		c.log.Debug("verbsock request failed", "op", h.Op, "err", err)
 		return c.replyErr(h, err)
@@ -265,8 +267,8 @@ func (c *conn) eventWriter() {
 	}
 }
 
-// notifier writes completion eventfds, so that no QP owner ever makes a
-// syscall a client could make block.
+// notifier sends completion events, so that QP owners only queue them;
+// the send itself never blocks either (signalFile).
 func (c *conn) notifier() {
 	defer c.wg.Done()
 	for {
@@ -293,70 +295,66 @@ func (c *conn) signalCQ(o *cqObj) {
 	}
 }
 
-// signalFile adds 1 to an eventfd. The descriptor is shared with the
-// client, who can clear O_NONBLOCK on it, so it is set again before every
-// write; a full counter already means "signalled".
+// signalFile sends a wake-up on the daemon's end of a wake-up channel
+// (shm.Wake: MSG_DONTWAIT on a description the client never holds, so it
+// cannot block).
 func signalFile(f *os.File) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
 	}
-	_ = rc.Write(func(fd uintptr) bool {
-		ensureNonblock(int(fd))
-		_ = shm.Signal(int(fd))
-		return true
-	})
+	_ = rc.Control(func(fd uintptr) { _ = shm.Wake(int(fd)) })
 }
 
-func ensureNonblock(fd int) {
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err == nil && fl&unix.O_NONBLOCK == 0 {
-		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK)
-	}
-}
-
-// bell is a doorbell eventfd the daemon waits on: the client writes it when
-// it publishes into a ring whose consumer said it was idle.
+// bell is the daemon's end of a doorbell channel: the client sends on its
+// end when it publishes into a ring whose consumer said it was idle.
 type bell struct {
 	f    *os.File
 	stop atomic.Bool
 	done chan struct{}
 }
 
+// newBell makes a doorbell; the returned descriptor is the client's end.
 func newBell() (*bell, int, error) {
-	fd, err := shm.Eventfd()
+	own, peer, err := shm.WakePair()
 	if err != nil {
 		return nil, -1, err
 	}
-	return &bell{f: os.NewFile(uintptr(fd), "vrnic-doorbell"), done: make(chan struct{})}, fd, nil
+	return &bell{f: os.NewFile(uintptr(own), "vrnic-doorbell"), done: make(chan struct{})}, peer, nil
 }
 
-// run waits for doorbells on the netpoller and calls ring for each.
+// run waits for doorbells on the netpoller (no thread waits) and calls
+// ring once for each batch taken. It ends when close is called or the
+// client's end is gone.
 func (b *bell) run(ring func()) {
 	defer close(b.done)
 	rc, err := b.f.SyscallConn()
 	if err != nil {
 		return
 	}
-	var buf [8]byte
 	for {
+		var n int
+		var closed bool
 		err := rc.Read(func(fd uintptr) bool {
-			ensureNonblock(int(fd))
-			_, err := unix.Read(int(fd), buf[:])
-			return err != unix.EAGAIN
+			var derr error
+			n, closed, derr = shm.DrainWakes(int(fd))
+			return n > 0 || closed || derr != nil
 		})
 		if err != nil || b.stop.Load() {
 			return
 		}
-		ring()
+		if n > 0 {
+			ring()
+		}
+		if closed {
+			return
+		}
 	}
 }
 
-// close stops run and waits for it. The signal frees a read a client made
-// blocking by clearing O_NONBLOCK between our fcntl and read.
+// close stops run and waits for it: closing the file wakes the netpoller.
 func (b *bell) close() {
 	b.stop.Store(true)
-	signalFile(b.f)
 	b.f.Close()
 	<-b.done
 }

@@ -445,13 +445,13 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 	o := &cqObj{m: m}
 	var rfds []int
 	if r.Flags&verbsock.CQWithEvents != 0 {
-		fd, err := shm.Eventfd()
+		own, peer, err := shm.WakePair()
 		if err != nil {
 			m.Release()
 			return nil, nil, err
 		}
-		o.ev = os.NewFile(uintptr(fd), "vrnic-cq-event")
-		rfds = []int{fd}
+		o.ev = os.NewFile(uintptr(own), "vrnic-cq-event")
+		rfds = []int{peer}
 	}
 	c.mu.Lock()
 	h := c.handleLocked()
@@ -470,6 +470,7 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 		if o.ev != nil {
 			o.ev.Close()
 		}
+		verbsock.CloseFDs(rfds)
 		return nil, nil, errf(syscall.EINVAL, "%v", err)
 	}
 	c.mu.Lock()
@@ -603,6 +604,7 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 			map[bool]string{true: "", false: ", RQ"}[srq != nil], len(fds))
 	}
 	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq}
+	bfd := -1 // the client's end of the doorbell
 	fail := func(err error) (any, []int, error) {
 		if o.sqm != nil {
 			o.sqm.Release()
@@ -612,6 +614,7 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		}
 		if o.bell != nil {
 			o.bell.f.Close()
+			verbsock.CloseFDs([]int{bfd})
 		}
 		return nil, nil, err
 	}
@@ -624,11 +627,11 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 			return fail(fmt.Errorf("RQ ring: %w", err))
 		}
 	}
-	b, bfd, err := newBell()
+	b, peer, err := newBell()
 	if err != nil {
 		return fail(err)
 	}
-	o.bell = b
+	o.bell, bfd = b, peer
 	c.mu.Lock()
 	h := c.handleLocked()
 	c.mu.Unlock()

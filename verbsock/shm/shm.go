@@ -1,7 +1,7 @@
 // Package shm is the shared memory of verbsock: sealed memfds the client
 // allocates, the daemon's checked mappings of them (a mem.Backing that
-// unmaps when its last reference goes), and eventfds for doorbells and
-// completion events.
+// unmaps when its last reference goes), and the socketpairs that carry
+// doorbells and completion events (wake.go).
 //
 // A memfd is only accepted by the daemon with F_SEAL_SHRINK and
 // F_SEAL_GROW set. Without F_SEAL_SHRINK the client could truncate the file
@@ -11,7 +11,6 @@
 package shm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -165,28 +164,3 @@ func (m *Mapping) Release() {
 // Refs is the current reference count (0 once unmapped).
 func (m *Mapping) Refs() int64 { return m.refs.Load() }
 
-// Eventfd makes a non-blocking, close-on-exec eventfd.
-func Eventfd() (int, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return -1, fmt.Errorf("shm: eventfd: %w", err)
-	}
-	return fd, nil
-}
-
-var one = func() (b [8]byte) { binary.NativeEndian.PutUint64(b[:], 1); return }()
-
-// Signal adds 1 to an eventfd. A full counter (EAGAIN) already means
-// "signalled", so it is not an error.
-func Signal(fd int) error {
-	for {
-		_, err := unix.Write(fd, one[:])
-		switch err {
-		case nil, unix.EAGAIN:
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return err
-	}
-}

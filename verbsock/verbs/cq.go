@@ -22,7 +22,7 @@ type CQ struct {
 	mu sync.Mutex // the ring (Poll, ReqNotify, Resize)
 	r  *ring.CQReader
 	m  []byte
-	ev *os.File // completion eventfd; nil without events
+	ev *os.File // the client end of the completion channel; nil without events
 
 	evMu   sync.Mutex // one WaitEvent at a time
 	closed bool
@@ -136,8 +136,7 @@ func (cq *CQ) WaitEvent(ctx context.Context) error {
 		_ = cq.ev.SetReadDeadline(time.Unix(1, 0))
 		close(fired)
 	})
-	var b [8]byte
-	_, err := cq.ev.Read(b[:])
+	err := cq.readEvents()
 	if !stop() {
 		<-fired
 	}
@@ -150,6 +149,32 @@ func (cq *CQ) WaitEvent(ctx context.Context) error {
 			return ErrClosed
 		}
 		return err
+	}
+	return nil
+}
+
+// readEvents waits on the completion channel and takes every event queued
+// on it, so that events the daemon sent for earlier arms (one each) are
+// one wake-up, as an eventfd's counter would be.
+func (cq *CQ) readEvents() error {
+	rc, err := cq.ev.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var closed bool
+	var derr error
+	err = rc.Read(func(fd uintptr) bool {
+		var n int
+		n, closed, derr = shm.DrainWakes(int(fd))
+		return n > 0 || closed || derr != nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case derr != nil:
+		return derr
+	case closed:
+		return ErrClosed // the daemon's end is gone
 	}
 	return nil
 }

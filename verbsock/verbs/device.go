@@ -7,9 +7,9 @@
 // The data path does not enter the daemon's socket: memory (Buffer) is a
 // sealed memfd both processes map, so the device reads and writes it
 // directly; QP.PostSend, QP.PostRecv, SRQ.PostRecv and CQ.Poll only touch
-// shared-memory rings, and write a doorbell eventfd only when the daemon
+// shared-memory rings, and ring a doorbell only when the daemon
 // said it went idle. Completion events (CQ.ReqNotify, CQ.WaitEvent) come
-// through an eventfd, and asynchronous events (QP fatal, SRQ limit, port
+// through a socketpair the daemon only ever writes non-blocking, and asynchronous events (QP fatal, SRQ limit, port
 // state, device fatal) through Device.Events.
 //
 // Every method is safe for concurrent use. Errors are *Error values that

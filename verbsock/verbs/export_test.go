@@ -26,3 +26,19 @@ func SQPublish(q *QP, edit func(slot []byte)) {
 
 // RingBell writes q's doorbell, whatever the ring says.
 func RingBell(q *QP) { q.ringBell() }
+
+// DoorbellFD and CQEventFD are the client's ends of a QP's doorbell and a
+// CQ's completion channel, for tests that abuse them.
+func DoorbellFD(q *QP) int { return q.bell }
+func CQEventFD(cq *CQ) int {
+	if cq.ev == nil {
+		return -1
+	}
+	rc, err := cq.ev.SyscallConn() // not Fd(): it would make the file blocking
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	_ = rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}

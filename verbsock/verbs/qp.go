@@ -270,11 +270,9 @@ type PostError struct {
 func (e *PostError) Error() string { return fmt.Sprintf("verbs: work request %d: %v", e.Index, e.Err) }
 func (e *PostError) Unwrap() error { return e.Err }
 
-var one = func() (b [8]byte) { b[0] = 1; return }() // eventfd increment, little-endian
-
-func (q *QP) ringBell() {
-	_, _ = unix.Write(q.bell, one[:]) // EAGAIN: the counter is full, already rung
-}
+// ringBell wakes the daemon's consumer of the QP's rings (a full doorbell
+// queue already holds a wake-up).
+func (q *QP) ringBell() { _ = shm.Wake(q.bell) }
 
 // PostSend posts send work requests (ibv_post_send). It writes them to the
 // send queue ring and rings the doorbell if the daemon is idle; no request
@@ -541,7 +539,7 @@ func (s *SRQ) PostRecv(wrs ...RecvWR) error {
 		_ = ring.PutRQE(slot, wr.ID, wr.SGL, s.maxSGE)
 	}
 	if s.p.Publish() {
-		_ = shm.Signal(s.bell)
+		_ = shm.Wake(s.bell)
 	}
 	return perr
 }
