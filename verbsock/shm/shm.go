@@ -163,4 +163,3 @@ func (m *Mapping) Release() {
 
 // Refs is the current reference count (0 once unmapped).
 func (m *Mapping) Refs() int64 { return m.refs.Load() }
-

@@ -168,4 +168,3 @@ func TestMappingUnmapsOnLastRelease(t *testing.T) {
 		t.Fatal("Acquire succeeded after unmap")
 	}
 }
-

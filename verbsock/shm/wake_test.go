@@ -48,7 +48,7 @@ func TestWakeAndDrain(t *testing.T) {
 func TestWakeNeverBlocksWhateverThePeerDoes(t *testing.T) {
 	own, peer := wakePair(t)
 	clearNonblock(t, peer)
-	clearNonblock(t, own) // even the owner's own description, were it shared
+	clearNonblock(t, own)    // even the owner's own description, were it shared
 	for i := range 1 << 16 { // far past the socket buffer
 		if err := Wake(own); err != nil {
 			t.Fatalf("wake %d: %v", i, err)
