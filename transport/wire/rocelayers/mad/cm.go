@@ -24,7 +24,9 @@ const (
 	RejNoQP                   = 1
 	RejNoResources            = 3
 	RejTimeout                = 4
+	RejUnsupported            = 5
 	RejInvalidServiceID       = 8
+	RejInvalidTransportType   = 9
 	RejStaleConn              = 10
 	RejInvalidMTU             = 26
 	RejInsufficientRespRes    = 27
