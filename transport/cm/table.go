@@ -16,15 +16,15 @@ type Config struct {
 	LocalCAGUID uint64 // our CA GUID, in REQ, REP and REJ ARIs
 	HiTID       uint32 // high half of the TIDs we start (the MAD agent's hi_tid)
 
-	CAAckDelay        uint8 // local CA ACK delay exponent; rxe's is 15
-	CMResponseTimeout uint8 // exponent for both CM response timeouts of a REQ; CMA_CM_RESPONSE_TIMEOUT 20
-	MaxCMRetries      uint8 // CMA_MAX_CM_RETRIES 15 (4 bits on the wire)
-	PacketLifeTime    uint8 // RoCE path life time exponent; 18, what kernel 6.1 rdma_cm uses (its REQs carry Local ACK Timeout 19)
+	CAAckDelay        uint8         // local CA ACK delay exponent; rxe's is 15
+	CMResponseTimeout uint8         // exponent for both CM response timeouts of a REQ; CMA_CM_RESPONSE_TIMEOUT 20
+	MaxCMRetries      uint8         // CMA_MAX_CM_RETRIES 15 (4 bits on the wire)
+	PacketLifeTime    uint8         // RoCE path life time exponent; 18, what kernel 6.1 rdma_cm uses (its REQs carry Local ACK Timeout 19)
 	Timewait          time.Duration // 0: the kernel's, 4.096 µs × 2^(QP timeout) rounded as cm_convert_to_ms
 	SIDRTimeout       time.Duration // SIDR_REQ response timeout; 0: as a REQ's
 
-	MaxConns    int  // connections of every state, timewait included; default 1024
-	MaxHalfOpen int  // passive connections not yet established; default 256
+	MaxConns     int  // connections of every state, timewait included; default 1024
+	MaxHalfOpen  int  // passive connections not yet established; default 256
 	DropWhenFull bool // drop a REQ past the limits instead of answering REJ "no resources"
 
 	// NewID draws communication IDs (ib_cm's are random-looking: cyclic
