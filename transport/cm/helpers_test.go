@@ -187,10 +187,8 @@ var (
 
 // pair is two Tables joined by a hand-driven exchange on one clock.
 type pair struct {
-	clock            *transporttest.ManualClock
-	active, passive  *Table
-	aOut, pOut       Output
-	aEvents, pEvents []Event
+	clock           *transporttest.ManualClock
+	active, passive *Table
 }
 
 func newPair(t *testing.T, acfg, pcfg Config) *pair {

@@ -64,8 +64,6 @@ type Path struct {
 	LocalACKTimeout uint8  `json:"local_ack_timeout"` // 5 bits
 }
 
-const pathLen = 44
-
 func (p *Path) decode(b []byte) {
 	p.LocalLID = binary.BigEndian.Uint16(b[0:])
 	p.RemoteLID = binary.BigEndian.Uint16(b[2:])

@@ -1,0 +1,625 @@
+package cm
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/transport/transporttest"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
+)
+
+// deliver hands every MAD of from to table to (which sees them from addr)
+// and returns what to answered.
+func deliver(t *testing.T, from *Output, to *Table, addr netip.Addr) *Output {
+	t.Helper()
+	var out Output
+	for _, s := range from.Sends {
+		if err := to.Receive(addr, s.MAD[:], &out); err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+	}
+	if err := checkInvariants(to); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// establish runs REQ, REP, RTU between a pair and returns both IDs.
+func (p *pair) establish(t *testing.T) (aID, pID uint32) {
+	t.Helper()
+	var out Output
+	aID, err := p.active.Connect(rpingConnect(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	pID = only(t, pOut, EventConnectRequest).ID
+	pOut.Reset()
+	if err := p.passive.Accept(pID, rpingAccept(), pOut); err != nil {
+		t.Fatal(err)
+	}
+	aOut := deliver(t, pOut, p.active, passiveIP)
+	only(t, aOut, EventEstablished)
+	pOut = deliver(t, aOut, p.passive, activeIP)
+	only(t, pOut, EventEstablished)
+	return aID, pID
+}
+
+func rejOf(t *testing.T, out *Output) *mad.REJ {
+	t.Helper()
+	ms := sent(t, out)
+	if len(ms) != 1 {
+		t.Fatalf("sent %s, want one REJ", attrs(ms))
+	}
+	r, ok := ms[0].(*mad.REJ)
+	if !ok {
+		t.Fatalf("sent %s, want REJ", attrs(ms))
+	}
+	return r
+}
+
+// IBA Table 112 reason 8: a REQ whose service ID nobody listens on is
+// rejected "invalid service ID", and nothing is kept.
+func TestREQForNoListenerRejectedInvalidServiceID(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	cp := rpingConnect()
+	cp.Dst = netip.AddrPortFrom(passiveIP, 7175)
+	if _, err := p.active.Connect(cp, &out); err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	r := rejOf(t, pOut)
+	if r.Reason != mad.RejInvalidServiceID || r.MessageRejected != mad.MsgREQ || r.RemoteCommID != sent(t, &out)[0].(*mad.REQ).LocalCommID {
+		t.Errorf("REJ %+v", r)
+	}
+	if n, _ := p.passive.Len(); n != 0 || len(pOut.Events) != 0 {
+		t.Errorf("passive keeps %d connections, events %v", n, events(pOut))
+	}
+	aOut := deliver(t, pOut, p.active, passiveIP)
+	if ev := only(t, aOut, EventRejected); ev.Reason != mad.RejInvalidServiceID {
+		t.Errorf("rejected with %d", ev.Reason)
+	}
+	if n, _ := p.active.Len(); n != 0 {
+		t.Errorf("active keeps %d connections after REJ of its REQ", n)
+	}
+	// A listener bound to another address does not take the REQ either.
+	if _, err := p.passive.Listen(ServiceID(PortSpaceTCP, 7175), netip.MustParseAddr("192.0.2.99")); err != nil {
+		t.Fatal(err)
+	}
+	if r := rejOf(t, deliver(t, &out, p.passive, activeIP)); r.Reason != mad.RejInvalidServiceID {
+		t.Errorf("address-bound listener: REJ reason %d", r.Reason)
+	}
+}
+
+// IBA 12.6.7 / Table 112 reason 28: the consumer's REJ carries its reason
+// and private data to the active side, which goes idle.
+func TestConsumerREJCarriesReasonARIAndPrivateData(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	if _, err := p.active.Connect(rpingConnect(), &out); err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	id := only(t, pOut, EventConnectRequest).ID
+	pOut.Reset()
+	priv := bytes.Repeat([]byte{0x5a}, REJPrivateLen)
+	if err := p.passive.Reject(id, mad.RejConsumerDefined, []byte{1, 2, 3}, append(priv, 0), pOut); !errors.Is(err, ErrPrivateData) {
+		t.Errorf("149 bytes of REJ private data: %v", err)
+	}
+	if err := p.passive.Reject(id, mad.RejConsumerDefined, []byte{1, 2, 3}, priv, pOut); err != nil {
+		t.Fatal(err)
+	}
+	ev := only(t, deliver(t, pOut, p.active, passiveIP), EventRejected)
+	if ev.Reason != mad.RejConsumerDefined || !bytes.Equal(ev.PrivateData, priv) || !bytes.Equal(ev.ARI, []byte{1, 2, 3}) {
+		t.Errorf("event %+v", ev)
+	}
+	if n, _ := p.passive.Len(); n != 0 {
+		t.Error("passive keeps the rejected request")
+	}
+}
+
+// IBA 12.9.3: an unanswered REQ is resent every response timeout, Max CM
+// Retries times, then the connection is unreachable.
+func TestREQResentMaxCMRetriesTimesThenUnreachable(t *testing.T) {
+	p := newPair(t, Config{MaxCMRetries: 3}, Config{})
+	var out Output
+	id, err := p.active.Connect(rpingConnect(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := out.Sends[0].MAD
+	// ib_send_cm_req: 2 × packet life time + remote CM response timeout.
+	step := 2*kernelMs(18) + kernelMs(20)
+	start := p.clock.Now()
+	for i := 1; i <= 4; i++ {
+		out.Reset()
+		wake, ok := p.active.NextWake()
+		if !ok || wake != start.Add(time.Duration(i)*step) {
+			t.Fatalf("retry %d: wake %v, want %v", i, wake.Sub(start), time.Duration(i)*step)
+		}
+		p.clock.AdvanceTo(wake)
+		p.active.OnTimer(wake, &out)
+		if i <= 3 {
+			if len(out.Sends) != 1 || out.Sends[0].MAD != first || len(out.Events) != 0 {
+				t.Fatalf("retry %d: %d sends, events %v", i, len(out.Sends), events(&out))
+			}
+		}
+	}
+	only(t, &out, EventUnreachable)
+	if len(out.Sends) != 0 {
+		t.Error("sent after the last retry")
+	}
+	if _, ok := p.active.Conn(id); ok {
+		t.Error("connection kept after retries ran out")
+	}
+	if c := p.active.Counters(); c.Retransmits != 3 || c.Timeouts != 1 {
+		t.Errorf("counters %+v", c)
+	}
+}
+
+// IBA 12.6.6: an MRA for the REQ stops its retransmission for the service
+// timeout it names; the REP then establishes.
+func TestMRAForREQStopsRetransmission(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	id, _ := p.active.Connect(rpingConnect(), &out)
+	pOut := deliver(t, &out, p.passive, activeIP)
+	pid := only(t, pOut, EventConnectRequest).ID
+	pOut.Reset()
+	if err := p.passive.SendMRA(pid, 24, nil, pOut); err != nil {
+		t.Fatal(err)
+	}
+	before := p.clock.Now()
+	aOut := deliver(t, pOut, p.active, passiveIP)
+	if c, _ := p.active.Conn(id); c.State != StateMRAREQRcvd || len(aOut.Sends)+len(aOut.Events) != 0 {
+		t.Fatalf("after MRA: %v, %d sends, events %v", c.State, len(aOut.Sends), events(aOut))
+	}
+	wake, _ := p.active.NextWake()
+	if want := before.Add(kernelMs(24) + kernelMs(19)); wake != want {
+		t.Errorf("MRA wait ends %v, want %v", wake.Sub(before), want.Sub(before))
+	}
+	// A REQ resent anyway (crossing the MRA) is answered with the MRA again.
+	if ms := sent(t, deliver(t, &out, p.passive, activeIP)); len(ms) != 1 || ms[0].AttributeID() != mad.AttrMsgRcptAck {
+		t.Errorf("duplicate REQ after MRA answered with %s", attrs(ms))
+	}
+	pOut.Reset()
+	if err := p.passive.Accept(pid, rpingAccept(), pOut); err != nil {
+		t.Fatal(err)
+	}
+	aOut = deliver(t, pOut, p.active, passiveIP)
+	only(t, aOut, EventEstablished)
+	only(t, deliver(t, aOut, p.passive, activeIP), EventEstablished)
+}
+
+// IBA 12.9.6.1: a duplicate REQ while the REP is outstanding is answered
+// with the REP again; a duplicate REQ the consumer has not answered yet is
+// ignored.
+func TestDuplicateREQAnsweredWithREPAgain(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	_, _ = p.active.Connect(rpingConnect(), &out)
+	pOut := deliver(t, &out, p.passive, activeIP)
+	pid := only(t, pOut, EventConnectRequest).ID
+	if dup := deliver(t, &out, p.passive, activeIP); len(dup.Sends)+len(dup.Events) != 0 {
+		t.Errorf("duplicate REQ before Accept: %d sends, events %v", len(dup.Sends), events(dup))
+	}
+	pOut.Reset()
+	_ = p.passive.Accept(pid, rpingAccept(), pOut)
+	dup := deliver(t, &out, p.passive, activeIP)
+	if len(dup.Sends) != 1 || dup.Sends[0].MAD != pOut.Sends[0].MAD || len(dup.Events) != 0 {
+		t.Errorf("duplicate REQ in REP_SENT: %s, events %v", attrs(sent(t, dup)), events(dup))
+	}
+	if n, _ := p.passive.Len(); n != 1 || p.passive.Counters().DupREQ != 2 {
+		t.Errorf("%d connections, counters %+v", n, p.passive.Counters())
+	}
+}
+
+// IBA 12.9.8.3.1: a REQ from a QP that still has a connection with us is
+// stale: REJ reason 10, and the old connection is disconnected.
+func TestREQFromConnectedQPRejectedStaleConnection(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	_, pid := p.establish(t)
+	// The peer reboots and connects again from the same QPN, new comm ID.
+	other := NewTable(Config{LocalCAGUID: 0xa, NewID: fixedIDs(0x9999)}, p.clock)
+	var out Output
+	if _, err := other.Connect(rpingConnect(), &out); err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	ms := sent(t, pOut)
+	if len(ms) != 2 || ms[0].(*mad.REJ).Reason != mad.RejStaleConn || ms[1].AttributeID() != mad.AttrDisconnectRequest {
+		t.Fatalf("answered %s", attrs(ms))
+	}
+	if c, _ := p.passive.Conn(pid); c.State != StateDREQSent {
+		t.Errorf("old connection %v", c.State)
+	}
+	if p.passive.Counters().StaleConn != 1 {
+		t.Errorf("counters %+v", p.passive.Counters())
+	}
+}
+
+// IBA 12.9.8.6 and cm.c cm_dup_req_handler: a REQ again for a connection in
+// timewait is stale too.
+func TestREQForConnectionInTimewaitRejectedStale(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	aid, _ := p.active.Connect(rpingConnect(), &out)
+	req := out
+	pOut := deliver(t, &out, p.passive, activeIP)
+	pid := pOut.Events[0].ID
+	pOut.Reset()
+	_ = p.passive.Accept(pid, rpingAccept(), pOut)
+	aOut := deliver(t, pOut, p.active, passiveIP)
+	deliver(t, aOut, p.passive, activeIP)
+	aOut.Reset()
+	_ = p.active.Disconnect(aid, nil, aOut)
+	pOut = deliver(t, aOut, p.passive, activeIP)
+	pOut.Reset()
+	_ = p.passive.Disconnect(pid, nil, pOut)
+	if c, _ := p.passive.Conn(pid); c.State != StateTimewait {
+		t.Fatalf("passive %v", c.State)
+	}
+	if r := rejOf(t, deliver(t, &req, p.passive, activeIP)); r.Reason != mad.RejStaleConn {
+		t.Errorf("REQ in timewait: REJ reason %d", r.Reason)
+	}
+}
+
+// IBA 12.9.6.1, Table 112 reason 26: a REQ whose path MTU is no IB MTU is
+// rejected "invalid path MTU"; reason 9 for a transport type REQ cannot
+// carry.
+func TestREQWithInvalidMTUOrTransportRejected(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	_, _ = p.active.Connect(rpingConnect(), &out)
+	for _, tc := range []struct {
+		name   string
+		mutate func(*mad.REQ)
+		reason uint16
+	}{
+		{"MTU 0", func(r *mad.REQ) { r.PathMTU = 0 }, mad.RejInvalidMTU},
+		{"MTU 6", func(r *mad.REQ) { r.PathMTU = 6 }, mad.RejInvalidMTU},
+		{"RD", func(r *mad.REQ) { r.TransportServiceType = mad.ServiceRD }, mad.RejInvalidTransportType},
+	} {
+		h, m, _ := mad.Decode(out.Sends[0].MAD[:])
+		req := m.(*mad.REQ)
+		tc.mutate(req)
+		req.LocalCommID++ // not a duplicate of the one before
+		var in Output
+		in.Sends = append(in.Sends, Send{})
+		_, _ = mad.EncodeCM(in.Sends[0].MAD[:], h, req)
+		if r := rejOf(t, deliver(t, &in, p.passive, activeIP)); r.Reason != tc.reason {
+			t.Errorf("%s: REJ reason %d, want %d", tc.name, r.Reason, tc.reason)
+		}
+	}
+}
+
+// A REQ storm costs bounded memory: past MaxHalfOpen every REQ is answered
+// REJ "no resources" (Table 112 reason 3) and counted; the established
+// connection is untouched and still disconnects; the half-open entries go
+// when the active side's retries would have run out.
+func TestREQStormBoundedByMaxHalfOpen(t *testing.T) {
+	p := newPair(t, Config{}, Config{MaxConns: 64, MaxHalfOpen: 8})
+	aid, pid := p.establish(t)
+	storm := NewTable(Config{LocalCAGUID: 0xe, MaxConns: 2000}, p.clock)
+	attacker := netip.MustParseAddr("198.51.100.7")
+	var out Output
+	for i := range 1000 {
+		out.Reset()
+		cp := rpingConnect()
+		cp.Src = netip.AddrPortFrom(attacker, uint16(i))
+		cp.QPN = uint32(i + 100)
+		if _, err := storm.Connect(cp, &out); err != nil {
+			t.Fatal(err)
+		}
+		pOut := deliver(t, &out, p.passive, attacker)
+		if i < 8 {
+			only(t, pOut, EventConnectRequest)
+		} else if r := rejOf(t, pOut); r.Reason != mad.RejNoResources {
+			t.Fatalf("REQ %d: REJ reason %d", i, r.Reason)
+		}
+	}
+	if n, half := p.passive.Len(); n != 9 || half != 8 || p.passive.Counters().RejectedFull != 992 {
+		t.Errorf("%d connections, %d half-open, counters %+v", n, half, p.passive.Counters())
+	}
+	if c, _ := p.passive.Conn(pid); c.State != StateEstablished {
+		t.Fatalf("established connection now %v", c.State)
+	}
+	out.Reset()
+	_ = p.active.Disconnect(aid, nil, &out)
+	only(t, deliver(t, &out, p.passive, activeIP), EventDisconnected)
+	// Half-open requests nobody answers expire.
+	var tOut Output
+	for range 20 {
+		wake, ok := p.passive.NextWake()
+		if !ok {
+			break
+		}
+		p.clock.AdvanceTo(wake)
+		p.passive.OnTimer(wake, &tOut)
+	}
+	if _, half := p.passive.Len(); half != 0 || p.passive.Counters().HalfOpenExpired != 8 {
+		t.Errorf("%d half-open left, counters %+v", half, p.passive.Counters())
+	}
+	// With DropWhenFull the storm gets no answers at all.
+	q := NewTable(Config{MaxHalfOpen: 1, DropWhenFull: true}, p.clock)
+	_, _ = q.Listen(ServiceID(PortSpaceTCP, 7174), netip.Addr{})
+	for i := range 3 {
+		out.Reset()
+		cp := rpingConnect()
+		cp.QPN = uint32(i + 1)
+		_, _ = storm.Connect(cp, &out)
+		qOut := deliver(t, &out, q, attacker)
+		if i > 0 && len(qOut.Sends) != 0 {
+			t.Errorf("REQ %d answered past the limit with DropWhenFull", i)
+		}
+	}
+}
+
+// IBA 12.9.6.4: DREQ is resent until the DREP; both sides then hold the IDs
+// in timewait for the QP's ACK timeout, and a DREQ again in timewait is
+// answered with the DREP again.
+func TestDREQResentUntilDREPThenTimewait(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	aid, pid := p.establish(t)
+	var out Output
+	_ = p.active.Disconnect(aid, nil, &out)
+	dreq := out
+	wake, _ := p.active.NextWake()
+	p.clock.AdvanceTo(wake)
+	out = Output{}
+	p.active.OnTimer(wake, &out)
+	if len(out.Sends) != 1 || out.Sends[0].MAD != dreq.Sends[0].MAD {
+		t.Fatalf("DREQ not resent: %s", attrs(sent(t, &out)))
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	only(t, pOut, EventDisconnected)
+	if dup := deliver(t, &dreq, p.passive, activeIP); len(dup.Sends)+len(dup.Events) != 0 {
+		t.Error("duplicate DREQ in DREQ_RCVD answered before the consumer")
+	}
+	pOut.Reset()
+	_ = p.passive.Disconnect(pid, nil, pOut)
+	only(t, deliver(t, pOut, p.active, passiveIP), EventDisconnected)
+	dup := deliver(t, &dreq, p.passive, activeIP)
+	if ms := sent(t, dup); len(ms) != 1 || ms[0].AttributeID() != mad.AttrDisconnectReply {
+		t.Errorf("DREQ in timewait answered %s", attrs(ms))
+	}
+	for _, tb := range []*Table{p.active, p.passive} {
+		for _, id := range []uint32{aid, pid} {
+			if c, ok := tb.Conn(id); ok && c.State != StateTimewait {
+				t.Errorf("%#x in %v", id, c.State)
+			}
+		}
+	}
+}
+
+// cm.c cm_process_send_error: a DREQ never answered ends in timewait after
+// the retries, and the consumer hears it is disconnected.
+func TestDREQUnansweredEntersTimewait(t *testing.T) {
+	p := newPair(t, Config{MaxCMRetries: 2}, Config{})
+	aid, _ := p.establish(t)
+	var out Output
+	_ = p.active.Disconnect(aid, nil, &out)
+	var got []EventKind
+	for range 10 {
+		wake, ok := p.active.NextWake()
+		if !ok {
+			break
+		}
+		p.clock.AdvanceTo(wake)
+		out.Reset()
+		p.active.OnTimer(wake, &out)
+		got = append(got, events(&out)...)
+	}
+	if len(got) != 2 || got[0] != EventDisconnected || got[1] != EventTimewaitExit {
+		t.Errorf("events %v", got)
+	}
+}
+
+// cm.c cm_issue_drep: a DREQ for a connection we do not have is answered
+// with a DREP, so the peer stops resending it.
+func TestDREQForUnknownConnectionAnsweredWithDREP(t *testing.T) {
+	tb := NewTable(Config{}, transporttest.NewManualClock())
+	var in, out Output
+	in.Sends = append(in.Sends, Send{})
+	_, _ = mad.EncodeCM(in.Sends[0].MAD[:], mad.CMHeader(77, 0), &mad.DREQ{LocalCommID: 5, RemoteCommID: 6, RemoteQPN: 9})
+	if err := tb.Receive(activeIP, in.Sends[0].MAD[:], &out); err != nil {
+		t.Fatal(err)
+	}
+	ms := sent(t, &out)
+	if len(ms) != 1 {
+		t.Fatalf("sent %s", attrs(ms))
+	}
+	if d, ok := ms[0].(*mad.DREP); !ok || d.LocalCommID != 6 || d.RemoteCommID != 5 {
+		t.Errorf("answer %+v", ms[0])
+	}
+	if h, _, _ := mad.Decode(out.Sends[0].MAD[:]); h.TransactionID != 77 {
+		t.Errorf("DREP TID %d, want the DREQ's", h.TransactionID)
+	}
+}
+
+// IBA 12.9.6.3: a DREQ that overtakes a lost RTU implies it: the passive
+// side is established, then disconnected.
+func TestDREQInREPSentImpliesRTU(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	aid, _ := p.active.Connect(rpingConnect(), &out)
+	pOut := deliver(t, &out, p.passive, activeIP)
+	pid := pOut.Events[0].ID
+	pOut.Reset()
+	_ = p.passive.Accept(pid, rpingAccept(), pOut)
+	deliver(t, pOut, p.active, passiveIP) // its RTU is lost
+	out.Reset()
+	_ = p.active.Disconnect(aid, nil, &out)
+	if got := events(deliver(t, &out, p.passive, activeIP)); len(got) != 2 || got[0] != EventEstablished || got[1] != EventDisconnected {
+		t.Errorf("events %v", got)
+	}
+}
+
+// IBA 12.6: each message has its private-data room, rdma_cm's cma_hdr
+// taking 36 bytes of a REQ's 92.
+func TestPrivateDataRoomPerMessage(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	cp := rpingConnect()
+	cp.PrivateData = make([]byte, REQUserPrivateLen+1)
+	if _, err := p.active.Connect(cp, &out); !errors.Is(err, ErrPrivateData) {
+		t.Errorf("57 bytes after the cma_hdr: %v", err)
+	}
+	if n, _ := p.active.Len(); n != 0 {
+		t.Error("failed Connect kept a connection")
+	}
+	cp.PrivateData = bytes.Repeat([]byte{7}, REQUserPrivateLen)
+	if _, err := p.active.Connect(cp, &out); err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	ev := only(t, pOut, EventConnectRequest)
+	if !bytes.Equal(ev.PrivateData, cp.PrivateData) {
+		t.Errorf("request private data %x", ev.PrivateData)
+	}
+	ap := rpingAccept()
+	ap.PrivateData = make([]byte, REPPrivateLen+1)
+	if err := p.passive.Accept(ev.ID, ap, pOut); !errors.Is(err, ErrPrivateData) {
+		t.Errorf("197 bytes of REP private data: %v", err)
+	}
+	ap.PrivateData = bytes.Repeat([]byte{9}, REPPrivateLen)
+	pOut.Reset()
+	if err := p.passive.Accept(ev.ID, ap, pOut); err != nil {
+		t.Fatal(err)
+	}
+	if e := only(t, deliver(t, pOut, p.active, passiveIP), EventEstablished); !bytes.Equal(e.PrivateData, ap.PrivateData) {
+		t.Errorf("REP private data %x", e.PrivateData)
+	}
+	for _, c := range []struct {
+		got, want int
+	}{{REQPrivateLen, len(mad.REQ{}.PrivateData)}, {REPPrivateLen, len(mad.REP{}.PrivateData)},
+		{REJPrivateLen, len(mad.REJ{}.PrivateData)}, {RTUPrivateLen, len(mad.RTU{}.PrivateData)},
+		{DREQPrivateLen, len(mad.DREQ{}.PrivateData)}, {DREPPrivateLen, len(mad.DREP{}.PrivateData)},
+		{MRAPrivateLen, len(mad.MRA{}.PrivateData)}, {SIDRREQPrivateLen, len(mad.SIDRREQ{}.PrivateData)},
+		{SIDRREPPrivateLen, len(mad.SIDRREP{}.PrivateData)}} {
+		if c.got != c.want {
+			t.Errorf("private data room %d, the codec's %d", c.got, c.want)
+		}
+	}
+}
+
+// IBA 12.11: SIDR_REQ to a listener is answered with the consumer's UD QP
+// and Q_Key; to no listener, status 1 "service ID not supported".
+func TestSIDRResolvesUDQP(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	if _, err := p.passive.Listen(ServiceID(PortSpaceUDP, 7174), passiveIP); err != nil {
+		t.Fatal(err)
+	}
+	var out Output
+	sp := SIDRParams{Src: netip.AddrPortFrom(activeIP, 4000), Dst: netip.AddrPortFrom(passiveIP, 7174), PrivateData: []byte("udaddy")}
+	id, err := p.active.ResolveSIDR(sp, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	ev := only(t, pOut, EventSIDRRequest)
+	if ev.Request.Src != sp.Src || ev.Request.Dst != sp.Dst || !bytes.HasPrefix(ev.PrivateData, []byte("udaddy")) {
+		t.Errorf("request %+v %q", ev.Request, ev.PrivateData)
+	}
+	if dup := deliver(t, &out, p.passive, activeIP); len(dup.Sends)+len(dup.Events) != 0 {
+		t.Error("duplicate SIDR_REQ answered while pending")
+	}
+	pOut.Reset()
+	if err := p.passive.AnswerSIDR(ev.ID, SIDRAnswer{Status: mad.SIDRValid, QPN: 0x33, QKey: UDPQKey}, nil, pOut); err != nil {
+		t.Fatal(err)
+	}
+	res := only(t, deliver(t, pOut, p.active, passiveIP), EventSIDRResolved)
+	if res.ID != id || *res.SIDR != (SIDRAnswer{Status: mad.SIDRValid, QPN: 0x33, QKey: UDPQKey}) {
+		t.Errorf("resolved %+v", res.SIDR)
+	}
+	for _, tb := range []*Table{p.active, p.passive} {
+		if n, _ := tb.Len(); n != 0 {
+			t.Errorf("%d entries left after SIDR", n)
+		}
+	}
+	out.Reset()
+	sp.Dst = netip.AddrPortFrom(passiveIP, 9)
+	_, _ = p.active.ResolveSIDR(sp, &out)
+	res = only(t, deliver(t, deliver(t, &out, p.passive, activeIP), p.active, passiveIP), EventSIDRResolved)
+	if res.SIDR.Status != mad.SIDRServiceNotFound {
+		t.Errorf("unknown service: status %d", res.SIDR.Status)
+	}
+}
+
+// rdma_cm over IPv6, link-local included: the cma_hdr carries the 16-byte
+// addresses, the GIDs are the addresses themselves.
+func TestIPv6AndLinkLocalAddressing(t *testing.T) {
+	for _, pair := range [][2]string{{"2001:db8::1", "2001:db8::2"}, {"fe80::1", "fe80::2"}} {
+		a, b := netip.MustParseAddr(pair[0]), netip.MustParseAddr(pair[1])
+		clock := transporttest.NewManualClock()
+		act, pas := NewTable(Config{LocalCAGUID: 1}, clock), NewTable(Config{LocalCAGUID: 2}, clock)
+		_, _ = pas.Listen(ServiceID(PortSpaceTCP, 1), b)
+		var out Output
+		cp := rpingConnect()
+		cp.Src, cp.Dst = netip.AddrPortFrom(a, 5), netip.AddrPortFrom(b, 1)
+		if _, err := act.Connect(cp, &out); err != nil {
+			t.Fatal(err)
+		}
+		_, m, _ := mad.Decode(out.Sends[0].MAD[:])
+		req := m.(*mad.REQ)
+		if req.PrivateData[1] != 0x60 || AddrFromGID(req.Primary.LocalGID) != a || req.Primary.LocalGID != mad.GID(a.As16()) {
+			t.Errorf("%v: cma_hdr %x, GID %v", a, req.PrivateData[:4], req.Primary.LocalGID)
+		}
+		ev := only(t, deliver(t, &out, pas, a), EventConnectRequest)
+		if ev.Request.Src != cp.Src || ev.Request.Dst != cp.Dst {
+			t.Errorf("%v: request %v -> %v", a, ev.Request.Src, ev.Request.Dst)
+		}
+	}
+	if _, err := (Route{Src: activeIP, Dst: netip.MustParseAddr("2001:db8::1"), PathMTU: 3}).Path(15); !errors.Is(err, ErrAddr) {
+		t.Errorf("mixed families: %v", err)
+	}
+}
+
+// IBA 9.7.6.1.3 with cm.c cm_ack_timeout: the Local ACK Timeout covers
+// twice the packet life time plus the CA's ACK delay.
+func TestAckTimeoutCoversLifeTimeAndCAAckDelay(t *testing.T) {
+	for _, c := range []struct{ delay, plt, want uint8 }{
+		{15, 18, 19}, {15, 16, 17}, {15, 14, 16}, {15, 10, 15}, {0, 0, 2}, {20, 31, 31}, {31, 31, 31},
+	} {
+		got := AckTimeout(c.delay, c.plt)
+		if got != c.want {
+			t.Errorf("AckTimeout(%d, %d) = %d, want %d", c.delay, c.plt, got, c.want)
+		}
+		// 4.096 µs × 2^timeout is at least 2 × life time and the delay.
+		if c.plt < 31 && IBATime(got) < max(2*IBATime(c.plt), IBATime(c.delay)) {
+			t.Errorf("AckTimeout(%d, %d) = %d is too short", c.delay, c.plt, got)
+		}
+	}
+	if IBATime(20) != 4294967296*time.Nanosecond || kernelMs(20) != 4096*time.Millisecond || kernelMs(3) != time.Millisecond {
+		t.Errorf("IBA times: %v %v", IBATime(20), kernelMs(20))
+	}
+}
+
+// The consumer API refuses what the state does not allow.
+func TestConsumerCallsCheckState(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	aid, pid := p.establish(t)
+	var out Output
+	if err := p.passive.Accept(pid, rpingAccept(), &out); !errors.Is(err, ErrState) {
+		t.Errorf("Accept established: %v", err)
+	}
+	if err := p.active.Accept(aid, rpingAccept(), &out); !errors.Is(err, ErrState) {
+		t.Errorf("Accept on the active side: %v", err)
+	}
+	if err := p.passive.Reject(pid, 28, nil, nil, &out); !errors.Is(err, ErrState) {
+		t.Errorf("Reject established: %v", err)
+	}
+	if err := p.passive.Accept(12345, rpingAccept(), &out); !errors.Is(err, ErrNoConn) {
+		t.Errorf("Accept unknown: %v", err)
+	}
+	if _, err := p.passive.Listen(ServiceID(PortSpaceTCP, 7174), passiveIP); !errors.Is(err, ErrListening) {
+		t.Errorf("second listener on a wildcard one: %v", err)
+	}
+	if len(out.Sends) != 0 {
+		t.Error("refused calls sent MADs")
+	}
+}
