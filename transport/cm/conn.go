@@ -316,13 +316,14 @@ func (t *Table) onREJ(c *Conn, m *mad.REJ, now time.Time, out *Output) {
 // does; a DREQ again in timewait is answered with the DREP again.
 func (t *Table) onDREQ(c *Conn, m *mad.DREQ, tid uint64, now time.Time, out *Output) {
 	switch c.State {
-	case StateREPSent, StateMRAREPRcvd:
-		t.establishPassive(c, out, nil)
-		fallthrough
-	case StateEstablished:
+	case StateREPSent, StateMRAREPRcvd, StateEstablished:
 		if m.RemoteQPN != c.QPN {
+			// cm.c cm_dreq_handler: a DREQ for another QP is not ours.
 			t.counters.Dropped++
 			return
+		}
+		if c.State != StateEstablished {
+			t.establishPassive(c, out, nil)
 		}
 		c.TID = tid
 		t.setState(c, StateDREQRcvd)

@@ -623,3 +623,51 @@ func TestConsumerCallsCheckState(t *testing.T) {
 		t.Error("refused calls sent MADs")
 	}
 }
+
+// cm.c cm_rej_handler after IBA 12.6.7: a REJ of an established
+// connection, or a "stale connection" REJ of our REQ, leaves the IDs in
+// timewait; the consumer hears the reason either way.
+func TestREJOfEstablishedOrStaleEntersTimewait(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	aid, pid := p.establish(t)
+	var in Output
+	in.Sends = append(in.Sends, Send{})
+	_, _ = mad.EncodeCM(in.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.REJ{LocalCommID: pid, RemoteCommID: aid,
+		MessageRejected: mad.MsgOther, Reason: mad.RejConsumerDefined})
+	aOut := deliver(t, &in, p.active, passiveIP)
+	if ev := only(t, aOut, EventRejected); ev.Reason != mad.RejConsumerDefined {
+		t.Errorf("reason %d", ev.Reason)
+	}
+	if len(aOut.Modify) != 1 || aOut.Modify[0].State != QPStateErr {
+		t.Errorf("modify %+v", aOut.Modify)
+	}
+	if c2, _ := p.active.Conn(aid); c2.State != StateTimewait {
+		t.Errorf("after REJ: %v", c2.State)
+	}
+
+	var out Output
+	id, _ := p.active.Connect(rpingConnect(), &out)
+	in.Sends[0] = Send{}
+	_, _ = mad.EncodeCM(in.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.REJ{RemoteCommID: id,
+		MessageRejected: mad.MsgREQ, Reason: mad.RejStaleConn})
+	only(t, deliver(t, &in, p.active, passiveIP), EventRejected)
+	if c2, _ := p.active.Conn(id); c2.State != StateTimewait {
+		t.Errorf("after stale REJ of the REQ: %v", c2.State)
+	}
+}
+
+// cm.c cm_dreq_handler: a DREQ that names another QP than ours is not for
+// this connection.
+func TestDREQForAnotherQPIgnored(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	aid, pid := p.establish(t)
+	var in Output
+	in.Sends = append(in.Sends, Send{})
+	_, _ = mad.EncodeCM(in.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.DREQ{LocalCommID: aid, RemoteCommID: pid, RemoteQPN: 0x777})
+	if out := deliver(t, &in, p.passive, activeIP); len(out.Events)+len(out.Sends) != 0 {
+		t.Errorf("DREQ for QPN 0x777: %v", events(out))
+	}
+	if c, _ := p.passive.Conn(pid); c.State != StateEstablished {
+		t.Errorf("state %v", c.State)
+	}
+}

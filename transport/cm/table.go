@@ -272,11 +272,13 @@ func (t *Table) Receive(from netip.Addr, b []byte, out *Output) error {
 }
 
 // dispatch finds the connection a reply names by our comm ID (its Remote
-// Communication ID) and checks the peer's ID where we know it.
+// Communication ID) and checks the peer's ID where we know it. A REJ may
+// carry 0 for its sender's ID (a REJ of a REQ it never kept).
 func (t *Table) dispatch(msg mad.Message, from netip.Addr, tid uint64, now time.Time, out *Output) {
 	local, remote := replyIDs(msg)
 	c, ok := t.conns[local]
-	if !ok || c.Peer != from || (c.RemoteID != 0 && remote != c.RemoteID) {
+	_, isREJ := msg.(*mad.REJ)
+	if !ok || c.Peer != from || (c.RemoteID != 0 && remote != c.RemoteID && !(isREJ && remote == 0)) {
 		t.counters.Dropped++
 		return
 	}
@@ -304,9 +306,7 @@ func replyIDs(msg mad.Message) (ours, theirs uint32) {
 	case *mad.MRA:
 		return m.RemoteCommID, m.LocalCommID
 	case *mad.REJ:
-		// A REJ of our REQ may not know our ID in the peer's terms yet, but
-		// it always names ours.
-		return m.RemoteCommID, 0
+		return m.RemoteCommID, m.LocalCommID
 	case *mad.DREP:
 		return m.RemoteCommID, m.LocalCommID
 	}
