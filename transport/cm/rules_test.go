@@ -671,3 +671,43 @@ func TestDREQForAnotherQPIgnored(t *testing.T) {
 		t.Errorf("state %v", c.State)
 	}
 }
+
+// IBA 13.4.7 as the kernel's MAD layer applies it to the CM class: a Get
+// (ClassPortInfo) or Set is answered GetResp "unsupported method/attribute"
+// with the request's TID; other versions and methods are dropped.
+func TestGetOrSetAnsweredUnsupported(t *testing.T) {
+	tb := NewTable(Config{}, transporttest.NewManualClock())
+	var out Output
+	b := make([]byte, mad.Size)
+	h := mad.Header{BaseVersion: 1, MgmtClass: mad.ClassCM, ClassVersion: 2, Method: mad.MethodGet,
+		TransactionID: 0x1234, AttributeID: mad.AttrClassPortInfo}
+	h.Encode(b)
+	if err := tb.Receive(activeIP, b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Sends) != 1 || out.Sends[0].To != activeIP {
+		t.Fatalf("%d answers", len(out.Sends))
+	}
+	var rh mad.Header
+	_ = rh.Decode(out.Sends[0].MAD[:])
+	if rh.Method != mad.MethodGetResp || rh.Status != mad.StatusUnsupportedMethodAttr || rh.TransactionID != 0x1234 ||
+		rh.AttributeID != mad.AttrClassPortInfo {
+		t.Errorf("answer %+v", rh)
+	}
+	out.Reset()
+	for _, bad := range []mad.Header{
+		{BaseVersion: 2, MgmtClass: mad.ClassCM, ClassVersion: 2, Method: mad.MethodSend, AttributeID: mad.AttrConnectRequest},
+		{BaseVersion: 1, MgmtClass: mad.ClassCM, ClassVersion: 1, Method: mad.MethodSend, AttributeID: mad.AttrConnectRequest},
+		{BaseVersion: 1, MgmtClass: mad.ClassCM, ClassVersion: 2, Method: mad.MethodGetResp, AttributeID: mad.AttrConnectRequest},
+		{BaseVersion: 1, MgmtClass: mad.ClassCM, ClassVersion: 2, Method: mad.MethodSend, AttributeID: mad.AttrLoadAlternatePath},
+		{BaseVersion: 1, MgmtClass: mad.ClassSubnAdm, ClassVersion: 2, Method: mad.MethodSend},
+	} {
+		bad.Encode(b)
+		if err := tb.Receive(activeIP, b, &out); err == nil || len(out.Sends) != 0 {
+			t.Errorf("%+v: err %v, %d answers", bad, err, len(out.Sends))
+		}
+	}
+	if c := tb.Counters(); c.Unsupported != 1 || c.DecodeErrors != 5 {
+		t.Errorf("counters %+v", c)
+	}
+}

@@ -63,6 +63,7 @@ func (c *Config) setDefaults() {
 type Counters struct {
 	Received        uint64 // CM MADs handled
 	DecodeErrors    uint64 // MADs that did not decode
+	Unsupported     uint64 // Get/Set requests answered "unsupported"
 	Dropped         uint64 // MADs for no connection, or wrong for its state
 	InvalidService  uint64 // REQs and SIDR_REQs for no listener
 	RejectedFull    uint64 // REQs and SIDR_REQs past MaxConns or MaxHalfOpen
@@ -242,19 +243,33 @@ func (t *Table) indexRemote(c *Conn) {
 // Receive handles one MAD from QP1 of the port at from. Bad MADs are
 // counted and return an error; nothing a peer sends can panic or block.
 func (t *Table) Receive(from netip.Addr, b []byte, out *Output) error {
-	h, msg, err := mad.Decode(b)
-	if err == nil && msg == nil {
-		err = mad.ErrNotCM
+	from = from.Unmap()
+	var h mad.Header
+	if err := h.Decode(b); err != nil {
+		t.counters.DecodeErrors++
+		return err
 	}
-	if err == nil && (h.BaseVersion != mad.BaseVersion || h.ClassVersion != mad.CMClassVersion || h.Method != mad.MethodSend) {
-		err = fmt.Errorf("cm: MAD version %d class version %d method %#x", h.BaseVersion, h.ClassVersion, h.Method)
+	if h.MgmtClass != mad.ClassCM {
+		t.counters.DecodeErrors++
+		return fmt.Errorf("%w: class %s", mad.ErrNotCM, mad.ClassName(h.MgmtClass))
 	}
+	if h.Method == mad.MethodGet || h.Method == mad.MethodSet {
+		// ib_cm takes only Send; the kernel's MAD layer answers any other
+		// request for the class (ClassPortInfo included) as unsupported.
+		t.counters.Unsupported++
+		t.unsupported(from, b, out)
+		return nil
+	}
+	if h.BaseVersion != mad.BaseVersion || h.ClassVersion != mad.CMClassVersion || h.Method != mad.MethodSend {
+		t.counters.DecodeErrors++
+		return fmt.Errorf("cm: MAD version %d class version %d method %s", h.BaseVersion, h.ClassVersion, mad.MethodName(h.Method))
+	}
+	msg, err := mad.DecodeCM(h.AttributeID, b[mad.HeaderLen:])
 	if err != nil {
 		t.counters.DecodeErrors++
 		return err
 	}
 	t.counters.Received++
-	from = from.Unmap()
 	now := t.clock.Now()
 	switch m := msg.(type) {
 	case *mad.REQ:
@@ -269,6 +284,17 @@ func (t *Table) Receive(from netip.Addr, b []byte, out *Output) error {
 		t.dispatch(msg, from, h.TransactionID, now, out)
 	}
 	return nil
+}
+
+// unsupported answers a Get or Set as the kernel's MAD layer does one no
+// agent takes (mad.c generate_unmatched_resp): the MAD back as GetResp
+// with status "unsupported method/attribute combination" (IBA 13.4.7).
+func (t *Table) unsupported(from netip.Addr, b []byte, out *Output) {
+	out.Sends = append(out.Sends, Send{To: from})
+	s := &out.Sends[len(out.Sends)-1]
+	copy(s.MAD[:], b)
+	s.MAD[3] = mad.MethodGetResp
+	s.MAD[4], s.MAD[5] = 0, mad.StatusUnsupportedMethodAttr
 }
 
 // dispatch finds the connection a reply names by our comm ID (its Remote
