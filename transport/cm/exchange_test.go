@@ -28,6 +28,7 @@ type sim struct {
 	ids      [2]uint32
 	estab    [2]bool
 	discSent bool
+	closer   int // the side that disconnects
 }
 
 type simPacket struct {
@@ -111,10 +112,10 @@ func (s *sim) run() error {
 	for step := 0; step < 10000; step++ {
 		if s.estab[0] && s.estab[1] && !s.discSent {
 			s.discSent = true
-			if err := s.tabs[simActive].Disconnect(s.ids[simActive], nil, &out); err != nil {
+			if err := s.tabs[s.closer].Disconnect(s.ids[s.closer], nil, &out); err != nil {
 				return err
 			}
-			s.handle(simActive, &out)
+			s.handle(s.closer, &out)
 		}
 		if len(s.queue) > 0 {
 			p := s.queue[0]
@@ -175,14 +176,16 @@ func TestExchangeSurvivesLossOfEachMessage(t *testing.T) {
 	}
 	cases["first of each"] = func(_ int, _ uint16, nth int) bool { return nth == 1 }
 	for name, lose := range cases {
-		t.Run(name, func(t *testing.T) {
-			s := newSim(t)
-			s.lose = lose
-			if err := s.run(); err != nil {
-				t.Fatal(err)
-			}
-			s.check()
-		})
+		for closer, who := range []string{"active", "passive"} {
+			t.Run(name+", "+who+" disconnects", func(t *testing.T) {
+				s := newSim(t)
+				s.lose, s.closer = lose, closer
+				if err := s.run(); err != nil {
+					t.Fatal(err)
+				}
+				s.check()
+			})
+		}
 	}
 }
 
@@ -194,6 +197,7 @@ func TestExchangeSurvivesRandomLossAndDuplication(t *testing.T) {
 		s := newSim(t)
 		s.lose = func(int, uint16, int) bool { return r.IntN(100) < 30 }
 		s.dup = func() bool { return r.IntN(100) < 10 }
+		s.closer = int(seed % 2)
 		if err := s.run(); err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -232,5 +236,51 @@ func TestExchangeGivesUpWhenEverythingIsLost(t *testing.T) {
 	}
 	if got := s.seen[mad.AttrConnectReply]; got != 16 {
 		t.Errorf("%d REPs sent, want 1 + the REQ's 15 retries", got)
+	}
+}
+
+// rping to its own address: one Table is both sides of the connection
+// (the wiring loops QP1 MADs for a local GID back into the same Table).
+func TestLoopbackConnectionInOneTable(t *testing.T) {
+	clock := transporttest.NewManualClock()
+	tb := NewTable(Config{LocalCAGUID: 7}, clock)
+	_, _ = tb.Listen(ServiceID(PortSpaceTCP, 7174), activeIP)
+	var out Output
+	cp := rpingConnect()
+	cp.Dst = netip.AddrPortFrom(activeIP, 7174)
+	aid, err := tb.Connect(cp, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []EventKind
+	for range 20 {
+		if len(out.Sends) == 0 {
+			break
+		}
+		var next Output
+		for _, s := range out.Sends {
+			if err := tb.Receive(activeIP, s.MAD[:], &next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, ev := range next.Events {
+			got = append(got, ev.Kind)
+			if ev.Kind == EventConnectRequest {
+				if err := tb.Accept(ev.ID, rpingAccept(), &next); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := checkInvariants(tb); err != nil {
+			t.Fatal(err)
+		}
+		out = next
+	}
+	if !slices.Equal(got, []EventKind{EventConnectRequest, EventEstablished, EventEstablished}) {
+		t.Errorf("events %v", got)
+	}
+	c, _ := tb.Conn(aid)
+	if c.State != StateEstablished || c.RemoteQPN != rpingAccept().QPN {
+		t.Errorf("active side %v, remote QPN %#x", c.State, c.RemoteQPN)
 	}
 }
