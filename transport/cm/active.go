@@ -69,6 +69,9 @@ func (t *Table) Connect(p ConnectParams, out *Output) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
+	if t.qpInUse(req.LocalQPN, 0) {
+		return 0, fmt.Errorf("%w: QPN %#x", ErrQPInUse, req.LocalQPN)
+	}
 	c, err := t.newConn()
 	if err != nil {
 		return 0, err

@@ -50,9 +50,24 @@
 // the active side's retries would have run out. Timewait lasts the QP's
 // ACK timeout as the kernel's does.
 //
-// Where this follows the kernel rather than the letter of IBA: a duplicate
-// REQ in REP_SENT is answered with the REP again (the kernel drops it and
-// relies on the REP timer; both are allowed); a DREQ received is answered
+// A QP is held from Connect or Accept until EventTimewaitExit: Connect and
+// Accept refuse a QPN a connection still holds (ErrQPInUse), and a REQ from
+// a peer QP that still has a connection here, timewait included, is
+// rejected "stale connection" (reason 10) and the old connection is
+// disconnected.
+//
+// Choices where IBA leaves room, and how they relate to the kernel: a
+// duplicate REQ in REP_SENT is answered with the REP again (the kernel
+// drops it and relies on the REP timer); a duplicate REQ of an established
+// connection is dropped as the kernel drops it (a late copy: answering it
+// "stale" would tear down a good connection); a DREQ received is answered
 // only when the consumer calls Disconnect, as rdma_cm's is; a DREQ for no
-// connection gets a DREP (cm_issue_drep).
+// connection gets a DREP (cm_issue_drep); the active side answers a REP
+// with the RTU at once, so it never sends an MRA for a REP (MRA_REP_SENT
+// is never entered). LAP and APR (alternate paths) are not handled: RoCE
+// rdma_cm does not send them; they are counted as decode errors.
+//
+// Timing follows kernel 6.1 as the golden capture shows it: CM response
+// timeouts 20 (4.3 s), 15 retries, packet life time 18 (so Local ACK
+// Timeout 19 with rxe's CA ACK delay 15); all in Config.
 package cm

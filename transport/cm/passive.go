@@ -2,6 +2,7 @@ package cm
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -154,6 +155,9 @@ func (t *Table) Accept(id uint32, p AcceptParams, out *Output) error {
 		SRQ: p.SRQ, LocalCAGUID: t.cfg.LocalCAGUID}
 	if err := putPrivate(rep.PrivateData[:], p.PrivateData); err != nil {
 		return err
+	}
+	if t.qpInUse(rep.LocalQPN, c.ID) {
+		return fmt.Errorf("%w: QPN %#x", ErrQPInUse, rep.LocalQPN)
 	}
 	c.QPN, c.PSN, c.SRQ = rep.LocalQPN, rep.StartingPSN, p.SRQ
 	c.RespRes, c.InitDepth = min(c.RespRes, p.RespRes), min(c.InitDepth, p.InitDepth)

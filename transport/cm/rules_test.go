@@ -646,7 +646,12 @@ func TestREJOfEstablishedOrStaleEntersTimewait(t *testing.T) {
 	}
 
 	var out Output
-	id, _ := p.active.Connect(rpingConnect(), &out)
+	cp := rpingConnect()
+	cp.QPN++ // the first QP is in timewait
+	id, err := p.active.Connect(cp, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
 	in.Sends[0] = Send{}
 	_, _ = mad.EncodeCM(in.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.REJ{RemoteCommID: id,
 		MessageRejected: mad.MsgREQ, Reason: mad.RejStaleConn})
@@ -709,5 +714,44 @@ func TestGetOrSetAnsweredUnsupported(t *testing.T) {
 	}
 	if c := tb.Counters(); c.Unsupported != 1 || c.DecodeErrors != 5 {
 		t.Errorf("counters %+v", c)
+	}
+}
+
+// IBA 12.9.8.6: a QP is not given to a new connection until the old one's
+// timewait is over (EventTimewaitExit, RDMA_CM_EVENT_TIMEWAIT_EXIT).
+func TestQPNotReusedBeforeTimewaitExit(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	aid, _ := p.establish(t)
+	var out Output
+	if _, err := p.active.Connect(rpingConnect(), &out); !errors.Is(err, ErrQPInUse) {
+		t.Errorf("Connect on an established QP: %v", err)
+	}
+	_ = p.active.Disconnect(aid, nil, &out)
+	pOut := deliver(t, &out, p.passive, activeIP)
+	pid := pOut.Events[0].ID
+	pOut.Reset()
+	_ = p.passive.Disconnect(pid, nil, pOut)
+	deliver(t, pOut, p.active, passiveIP)
+	out.Reset()
+	if _, err := p.active.Connect(rpingConnect(), &out); !errors.Is(err, ErrQPInUse) {
+		t.Errorf("Connect on a QP in timewait: %v", err)
+	}
+	// The passive side cannot accept on its QP in timewait either.
+	other := NewTable(Config{LocalCAGUID: 0xc}, p.clock)
+	cp := rpingConnect()
+	cp.Src = netip.AddrPortFrom(netip.MustParseAddr("192.0.2.13"), 1)
+	_, _ = other.Connect(cp, &out)
+	req := deliver(t, &out, p.passive, cp.Src.Addr())
+	if err := p.passive.Accept(req.Events[0].ID, rpingAccept(), req); !errors.Is(err, ErrQPInUse) {
+		t.Errorf("Accept on a QP in timewait: %v", err)
+	}
+	wake, _ := p.active.NextWake()
+	p.clock.AdvanceTo(wake)
+	out.Reset()
+	p.active.OnTimer(wake, &out)
+	only(t, &out, EventTimewaitExit)
+	out.Reset()
+	if _, err := p.active.Connect(rpingConnect(), &out); err != nil {
+		t.Errorf("Connect after timewait exit: %v", err)
 	}
 }

@@ -82,6 +82,7 @@ var (
 	ErrNoConn    = errors.New("cm: no such connection")
 	ErrState     = errors.New("cm: connection is not in a state for that")
 	ErrListening = errors.New("cm: service already listened on")
+	ErrQPInUse   = errors.New("cm: QP still held by a connection (timewait not over)")
 )
 
 type remoteKey struct {
@@ -199,6 +200,21 @@ func (t *Table) newConn() (*Conn, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: no free communication ID", ErrTableFull)
+}
+
+// qpInUse reports whether a connection other than except still holds our
+// QP qpn, timewait included: a QP may carry a new connection only after
+// EventTimewaitExit of the old (IBA 12.9.8.6). A scan: it runs on consumer
+// calls only, never per MAD, over at most MaxConns entries.
+func (t *Table) qpInUse(qpn, except uint32) bool {
+	// Only connections that were given a QP have a nonzero QPN: not SIDR,
+	// not a request still unanswered.
+	for id, c := range t.conns {
+		if id != except && qpn != 0 && c.QPN == qpn {
+			return true
+		}
+	}
+	return false
 }
 
 // setState moves c to s, keeping the half-open count.
