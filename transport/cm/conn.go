@@ -154,7 +154,21 @@ func (t *Table) expire(c *Conn, now time.Time, out *Output) {
 		t.counters.Timeouts++
 		t.giveUp(c, now, out)
 	case StateMRAREQRcvd, StateMRAREPRcvd:
-		// The MRA's service timeout ran out without the answer it promised.
+		// The MRA's service timeout ran out without the answer it
+		// promised: the send it delayed goes again if retries are left
+		// (the kernel's MRA only stretches the MAD's timeout, ib_modify_mad).
+		if c.retries < c.maxRetries {
+			c.retries++
+			t.counters.Retransmits++
+			if c.State == StateMRAREQRcvd {
+				t.setState(c, StateREQSent)
+			} else {
+				t.setState(c, StateREPSent)
+			}
+			t.resend(out, c)
+			t.awaitAnswer(c, now)
+			return
+		}
 		t.counters.Timeouts++
 		t.giveUp(c, now, out)
 	case StateREQRcvd, StateMRAREQSent, StateSIDRREQRcvd:

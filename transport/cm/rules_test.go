@@ -382,3 +382,38 @@ func TestConsumerCallsCheckState(t *testing.T) {
 		t.Error("refused calls sent MADs")
 	}
 }
+
+// IBA 12.9.3 with cm.c cm_mra_handler: when the time an MRA asked for runs
+// out with no REP, the REQ goes again (a retry, counted against Max CM
+// Retries), and the active side waits a response timeout once more.
+func TestMRAWaitOverResendsREQ(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	id, _ := p.active.Connect(rpingConnect(), &out)
+	first := out.Sends[0].MAD
+	var in Output
+	in.Sends = append(in.Sends, Send{})
+	_, _ = mad.EncodeCM(in.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.MRA{LocalCommID: 0x55, RemoteCommID: id,
+		MessageMRAed: mad.MsgREQ, ServiceTimeout: 10})
+	deliver(t, &in, p.active, passiveIP)
+	wake, _ := p.active.NextWake()
+	p.clock.AdvanceTo(wake)
+	out.Reset()
+	p.active.OnTimer(wake, &out)
+	if len(out.Sends) != 1 || out.Sends[0].MAD != first || len(out.Events) != 0 {
+		t.Fatalf("after the MRA wait: %s, events %v", attrs(sent(t, &out)), events(&out))
+	}
+	c, _ := p.active.Conn(id)
+	if next, _ := p.active.NextWake(); c.State != StateREQSent || next != wake.Add(c.responseTimeout) {
+		t.Errorf("state %v, next wake in %v", c.State, next.Sub(wake))
+	}
+	// A REP from the peer that sent the MRA is taken: its ID was learnt.
+	var rep Output
+	rep.Sends = append(rep.Sends, Send{})
+	_, _ = mad.EncodeCM(rep.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.REP{LocalCommID: 0x66, RemoteCommID: id, LocalQPN: 5})
+	if got := events(deliver(t, &rep, p.active, passiveIP)); len(got) != 0 {
+		t.Errorf("REP from another comm ID than the MRA's: %v", got)
+	}
+	_, _ = mad.EncodeCM(rep.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.REP{LocalCommID: 0x55, RemoteCommID: id, LocalQPN: 5})
+	only(t, deliver(t, &rep, p.active, passiveIP), EventEstablished)
+}
