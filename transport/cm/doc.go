@@ -58,7 +58,9 @@
 //
 // Choices where IBA leaves room, and how they relate to the kernel: a
 // duplicate REQ in REP_SENT is answered with the REP again (the kernel
-// drops it and relies on the REP timer); a duplicate REQ of an established
+// drops it and relies on the REP timer); a duplicate REQ not yet answered
+// by the consumer gets an MRA (rdma_cm's delayed MRA, Config.NoLazyMRA to
+// turn it off); a duplicate REQ of an established
 // connection is dropped as the kernel drops it (a late copy: answering it
 // "stale" would tear down a good connection); a DREQ received is answered
 // only when the consumer calls Disconnect, as rdma_cm's is; a DREQ for no

@@ -108,8 +108,9 @@ func halfOpenAge(m *mad.REQ) time.Duration {
 }
 
 // dupREQ answers a REQ we already hold (cm.c cm_dup_req_handler, IBA
-// 12.9.6.1): the MRA or REP we sent goes again, and a REQ for a connection
-// in timewait is stale.
+// 12.9.6.1): the MRA or REP we sent goes again (the first repeat of a REQ
+// not yet answered gets an MRA), and a REQ for a connection in timewait is
+// stale.
 func (t *Table) dupREQ(c *Conn, from netip.Addr, tid uint64, out *Output) {
 	t.counters.DupREQ++
 	if c.Peer != from {
@@ -117,6 +118,12 @@ func (t *Table) dupREQ(c *Conn, from netip.Addr, tid uint64, out *Output) {
 		return
 	}
 	switch c.State {
+	case StateREQRcvd:
+		// The consumer is slow: tell the peer to wait (cma.c's delayed MRA,
+		// sent only when the REQ comes again).
+		if !c.Active && !t.cfg.NoLazyMRA {
+			_ = t.SendMRA(c.ID, t.cfg.MRAServiceTimeout, nil, out)
+		}
 	case StateMRAREQSent, StateREPSent, StateMRAREPRcvd:
 		t.resend(out, c)
 	case StateTimewait:

@@ -195,25 +195,39 @@ func TestMRAForREQStopsRetransmission(t *testing.T) {
 }
 
 // IBA 12.9.6.1: a duplicate REQ while the REP is outstanding is answered
-// with the REP again; a duplicate REQ the consumer has not answered yet is
-// ignored.
+// with the REP again; one the consumer has not answered yet gets an MRA
+// (cma.c's delayed MRA, service timeout 24), or nothing with NoLazyMRA.
 func TestDuplicateREQAnsweredWithREPAgain(t *testing.T) {
-	p := newPair(t, Config{}, Config{})
-	var out Output
-	_, _ = p.active.Connect(rpingConnect(), &out)
-	pOut := deliver(t, &out, p.passive, activeIP)
-	pid := only(t, pOut, EventConnectRequest).ID
-	if dup := deliver(t, &out, p.passive, activeIP); len(dup.Sends)+len(dup.Events) != 0 {
-		t.Errorf("duplicate REQ before Accept: %d sends, events %v", len(dup.Sends), events(dup))
-	}
-	pOut.Reset()
-	_ = p.passive.Accept(pid, rpingAccept(), pOut)
-	dup := deliver(t, &out, p.passive, activeIP)
-	if len(dup.Sends) != 1 || dup.Sends[0].MAD != pOut.Sends[0].MAD || len(dup.Events) != 0 {
-		t.Errorf("duplicate REQ in REP_SENT: %s, events %v", attrs(sent(t, dup)), events(dup))
-	}
-	if n, _ := p.passive.Len(); n != 1 || p.passive.Counters().DupREQ != 2 {
-		t.Errorf("%d connections, counters %+v", n, p.passive.Counters())
+	for _, lazy := range []bool{true, false} {
+		p := newPair(t, Config{}, Config{NoLazyMRA: !lazy})
+		var out Output
+		_, _ = p.active.Connect(rpingConnect(), &out)
+		pOut := deliver(t, &out, p.passive, activeIP)
+		pid := only(t, pOut, EventConnectRequest).ID
+		dup := deliver(t, &out, p.passive, activeIP)
+		if lazy {
+			ms := sent(t, dup)
+			if len(ms) != 1 || len(dup.Events) != 0 {
+				t.Fatalf("duplicate REQ before Accept: %s, events %v", attrs(ms), events(dup))
+			}
+			if m, ok := ms[0].(*mad.MRA); !ok || m.MessageMRAed != mad.MsgREQ || m.ServiceTimeout != 24 {
+				t.Errorf("answer %+v", ms[0])
+			}
+			if c, _ := p.passive.Conn(pid); c.State != StateMRAREQSent {
+				t.Errorf("state %v", c.State)
+			}
+		} else if len(dup.Sends)+len(dup.Events) != 0 {
+			t.Errorf("duplicate REQ before Accept, no lazy MRA: %d sends, events %v", len(dup.Sends), events(dup))
+		}
+		pOut.Reset()
+		_ = p.passive.Accept(pid, rpingAccept(), pOut)
+		dup = deliver(t, &out, p.passive, activeIP)
+		if len(dup.Sends) != 1 || dup.Sends[0].MAD != pOut.Sends[0].MAD || len(dup.Events) != 0 {
+			t.Errorf("duplicate REQ in REP_SENT: %s, events %v", attrs(sent(t, dup)), events(dup))
+		}
+		if n, _ := p.passive.Len(); n != 1 || p.passive.Counters().DupREQ != 2 {
+			t.Errorf("%d connections, counters %+v", n, p.passive.Counters())
+		}
 	}
 }
 

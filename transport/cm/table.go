@@ -23,6 +23,13 @@ type Config struct {
 	Timewait          time.Duration // 0: the kernel's, 4.096 µs × 2^(QP timeout) rounded as cm_convert_to_ms
 	SIDRTimeout       time.Duration // SIDR_REQ response timeout; 0: as a REQ's
 
+	// MRAServiceTimeout is the service timeout of the MRA sent when a REQ
+	// comes again before the consumer has answered it, as rdma_cm does for
+	// its user-space listeners (CMA_CM_MRA_SETTING: a delayed MRA, 24,
+	// about 69 s). NoLazyMRA turns that off.
+	MRAServiceTimeout uint8
+	NoLazyMRA         bool
+
 	MaxConns     int  // connections of every state, timewait included; default 1024
 	MaxHalfOpen  int  // passive connections not yet established; default 256
 	DropWhenFull bool // drop a REQ past the limits instead of answering REJ "no resources"
@@ -44,6 +51,10 @@ func (c *Config) setDefaults() {
 	}
 	c.MaxCMRetries = min(c.MaxCMRetries, 15)
 	c.CMResponseTimeout = min(c.CMResponseTimeout, 31)
+	if c.MRAServiceTimeout == 0 {
+		c.MRAServiceTimeout = 24
+	}
+	c.MRAServiceTimeout = min(c.MRAServiceTimeout, 31)
 	if c.PacketLifeTime == 0 {
 		c.PacketLifeTime = 18
 	}
