@@ -3,6 +3,7 @@ package cm
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ type fuzzWorld struct {
 	tabs  [2]*Table
 	ips   [3]netip.Addr
 	queue []simPacket
+	seen  []EventKind
 }
 
 func newFuzzWorld() *fuzzWorld {
@@ -160,59 +162,96 @@ func (w *fuzzWorld) act(p *prog, i int, out *Output) {
 	}
 }
 
+// handshakeProgram connects table 0 to table 1, disconnects, and lets
+// timewait pass: a seed that takes the fuzzer through every common state.
+func handshakeProgram() []byte {
+	u32 := func(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+	var b []byte
+	b = append(b, 3<<1|0, 0, 0, 5, 9)                             // table 0: Connect from port 9
+	b = append(append(append(b, u32(0x11)...), u32(0x100)...), 3) // QPN, PSN, MTU 1024
+	b = append(b, 4<<1, 1)                                        // deliver the REQ
+	b = append(b, 3<<1|1, 0, 0, 0)                                // table 1: Accept
+	b = append(append(append(b, u32(0x22)...), u32(0x200)...), 1, 1, 7)
+	b = append(b, 4<<1, 1, 4<<1, 1)         // REP, RTU
+	b = append(b, 3<<1|0, 0, 0, 2, 4<<1, 1) // table 0: Disconnect; DREQ
+	b = append(b, 3<<1|1, 0, 0, 2, 4<<1, 1) // table 1: Disconnect; DREP
+	b = append(b, 5<<1|0, 255, 5<<1|1, 255) // timewait passes on both
+	return b
+}
+
+// runProgram runs a fuzz program against a fresh world, failing t when an
+// invariant breaks.
+func runProgram(t *testing.T, b []byte) *fuzzWorld {
+	w := newFuzzWorld()
+	p := &prog{b}
+	var out Output
+	for step := 0; len(p.b) > 0 && step < 500; step++ {
+		i := int(p.b[0] & 1)
+		switch p.byte() >> 1 % 6 {
+		case 0: // a MAD from the third party
+			m := w.craft(p, i)
+			_ = w.tabs[i].Receive(w.ips[2], m[:], &out)
+		case 1: // a MAD from the other table, forged
+			m := w.craft(p, i)
+			_ = w.tabs[i].Receive(w.ips[1-i], m[:], &out)
+		case 2: // raw bytes
+			_ = w.tabs[i].Receive(w.ips[p.byte()%3], p.bytes(int(p.byte())+int(p.byte())), &out)
+		case 3:
+			w.act(p, i, &out)
+		case 4: // deliver or lose the next MAD in flight
+			if len(w.queue) > 0 {
+				q := w.queue[0]
+				w.queue = w.queue[1:]
+				if p.byte()%4 != 0 {
+					_ = w.tabs[q.to].Receive(w.ips[1-q.to], q.mad[:], &out)
+					i = q.to
+				}
+			}
+		case 5: // time passes
+			w.clock.Advance(time.Duration(p.byte()) * 100 * time.Millisecond)
+			w.tabs[i].OnTimer(w.clock.Now(), &out)
+		}
+		for _, s := range out.Sends {
+			if s.To == w.ips[1-i] && len(w.queue) < 64 {
+				w.queue = append(w.queue, simPacket{1 - i, s.MAD})
+			}
+			if _, _, err := mad.Decode(s.MAD[:]); err != nil {
+				t.Fatalf("sent an undecodable MAD: %v", err)
+			}
+		}
+		if len(out.Sends) > 2*16+2 {
+			t.Fatalf("one step sent %d MADs", len(out.Sends))
+		}
+		for _, ev := range out.Events {
+			w.seen = append(w.seen, ev.Kind)
+		}
+		out.Reset()
+		for j := range w.tabs {
+			if err := checkInvariants(w.tabs[j]); err != nil {
+				t.Fatalf("step %d table %d: %v", step, j, err)
+			}
+		}
+	}
+	return w
+}
+
+// The handshake seed does what it says, so the fuzzer starts from real
+// connections, not only from garbage.
+func TestFuzzSeedConnectsAndDisconnects(t *testing.T) {
+	w := runProgram(t, handshakeProgram())
+	want := []EventKind{EventConnectRequest, EventEstablished, EventEstablished, EventDisconnected,
+		EventDisconnected, EventTimewaitExit, EventTimewaitExit}
+	if !slices.Equal(w.seen, want) {
+		t.Errorf("events %v, want %v", w.seen, want)
+	}
+}
+
 // FuzzTable: any sequence of MADs, consumer calls and clock steps leaves
 // both Tables consistent and within their limits, and nothing panics.
 func FuzzTable(f *testing.F) {
+	f.Add(handshakeProgram())
 	f.Add([]byte{0, 0, 5, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 2, 2, 2, 2, 2, 3, 3, 3})
 	f.Add([]byte{3, 0, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 2, 200, 2, 200, 2, 200})
 	f.Add(make([]byte, 600))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		w := newFuzzWorld()
-		p := &prog{b}
-		var out Output
-		for step := 0; len(p.b) > 0 && step < 500; step++ {
-			i := int(p.b[0] & 1)
-			switch p.byte() >> 1 % 6 {
-			case 0: // a MAD from the third party
-				m := w.craft(p, i)
-				_ = w.tabs[i].Receive(w.ips[2], m[:], &out)
-			case 1: // a MAD from the other table, forged
-				m := w.craft(p, i)
-				_ = w.tabs[i].Receive(w.ips[1-i], m[:], &out)
-			case 2: // raw bytes
-				_ = w.tabs[i].Receive(w.ips[p.byte()%3], p.bytes(int(p.byte())+int(p.byte())), &out)
-			case 3:
-				w.act(p, i, &out)
-			case 4: // deliver or lose the next MAD in flight
-				if len(w.queue) > 0 {
-					q := w.queue[0]
-					w.queue = w.queue[1:]
-					if p.byte()%4 != 0 {
-						_ = w.tabs[q.to].Receive(w.ips[1-q.to], q.mad[:], &out)
-						i = q.to
-					}
-				}
-			case 5: // time passes
-				w.clock.Advance(time.Duration(p.byte()) * 100 * time.Millisecond)
-				w.tabs[i].OnTimer(w.clock.Now(), &out)
-			}
-			for _, s := range out.Sends {
-				if s.To == w.ips[1-i] && len(w.queue) < 64 {
-					w.queue = append(w.queue, simPacket{1 - i, s.MAD})
-				}
-				if _, _, err := mad.Decode(s.MAD[:]); err != nil {
-					t.Fatalf("sent an undecodable MAD: %v", err)
-				}
-			}
-			if len(out.Sends) > 2*16+2 {
-				t.Fatalf("one step sent %d MADs", len(out.Sends))
-			}
-			out.Reset()
-			for j := range w.tabs {
-				if err := checkInvariants(w.tabs[j]); err != nil {
-					t.Fatalf("step %d table %d: %v", step, j, err)
-				}
-			}
-		}
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { runProgram(t, b) })
 }
