@@ -154,3 +154,17 @@ func putPrivate(dst, src []byte) error {
 	copy(dst, src)
 	return nil
 }
+
+// PathMTUForNetdev is the RoCE path MTU rdma_cm picks for a netdev MTU
+// (ib_addr.h iboe_get_mtu): the largest IB MTU that fits once GRH/IP (40),
+// UDP (8), BTH (12), the largest extension headers (XRC 4, AtomicETH 28)
+// and the ICRC (4) are taken off; 0 when not even 256 bytes do.
+func PathMTUForNetdev(mtu int) uint8 {
+	payload := mtu - (40 + 8 + 12 + 4 + 28 + 4)
+	for code := uint8(5); code >= 1; code-- {
+		if payload >= 128<<code {
+			return code
+		}
+	}
+	return 0
+}

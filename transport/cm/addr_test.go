@@ -190,3 +190,39 @@ func TestGetOrSetAnsweredUnsupported(t *testing.T) {
 		t.Errorf("counters %+v", c)
 	}
 }
+
+// ib_addr.h iboe_get_mtu: the capture's 1500-byte netdev gives path MTU
+// 1024 (code 3), as its REQ shows.
+func TestPathMTUForNetdevAsIboeGetMTU(t *testing.T) {
+	caps, _ := rpingMADs(t)
+	if got := PathMTUForNetdev(1500); got != caps[0].msg.(*mad.REQ).PathMTU {
+		t.Errorf("MTU 1500: code %d, the REQ has %d", got, caps[0].msg.(*mad.REQ).PathMTU)
+	}
+	for mtu, want := range map[int]uint8{9000: 5, 4192: 5, 4191: 4, 2144: 4, 2143: 3, 1120: 3, 1119: 2, 608: 2, 352: 1, 351: 0, 0: 0} {
+		if got := PathMTUForNetdev(mtu); got != want {
+			t.Errorf("MTU %d: code %d, want %d", mtu, got, want)
+		}
+	}
+}
+
+// rdma_cm reports our events with its own numbers and statuses.
+func TestRDMACMEventNumbers(t *testing.T) {
+	for _, c := range []struct {
+		ev            Event
+		event, status int
+	}{
+		{Event{Kind: EventConnectRequest}, 4, 0},
+		{Event{Kind: EventEstablished}, 9, 0},
+		{Event{Kind: EventRejected, Reason: mad.RejConsumerDefined}, 8, 28},
+		{Event{Kind: EventUnreachable}, 7, -110},
+		{Event{Kind: EventDisconnected}, 10, 0},
+		{Event{Kind: EventTimewaitExit}, 15, 0},
+		{Event{Kind: EventSIDRRequest}, 4, 0},
+		{Event{Kind: EventSIDRResolved, SIDR: &SIDRAnswer{Status: mad.SIDRValid}}, 9, 0},
+		{Event{Kind: EventSIDRResolved, SIDR: &SIDRAnswer{Status: mad.SIDRServiceNotFound}}, 7, 1},
+	} {
+		if e, s := c.ev.RDMACMEvent(); e != c.event || s != c.status {
+			t.Errorf("%v: event %d status %d, want %d %d", c.ev.Kind, e, s, c.event, c.status)
+		}
+	}
+}

@@ -134,3 +134,45 @@ type SIDRAnswer struct {
 	QPN    uint32
 	QKey   uint32
 }
+
+// rdma_cm's event numbers (include/rdma/rdma_cm.h enum rdma_cm_event_type,
+// the same in librdmacm's rdma_cma.h), for consumers that speak librdmacm.
+const (
+	RDMACMEventConnectRequest = 4
+	RDMACMEventUnreachable    = 7
+	RDMACMEventRejected       = 8
+	RDMACMEventEstablished    = 9
+	RDMACMEventDisconnected   = 10
+	RDMACMEventTimewaitExit   = 15
+)
+
+// etimedout is Linux's ETIMEDOUT, the status rdma_cm gives an unreachable
+// peer (negated, as event.status carries it).
+const etimedout = 110
+
+// RDMACMEvent is the rdma_cm event and status a kernel rdma_cm ID would
+// report for e (cma.c cma_ib_handler, cma_sidr_rep_handler): REJECTED with
+// the REJ reason as status, UNREACHABLE with -ETIMEDOUT, a SIDR answer as
+// ESTABLISHED or, unless valid, UNREACHABLE with the SIDR status.
+func (e Event) RDMACMEvent() (event, status int) {
+	switch e.Kind {
+	case EventConnectRequest, EventSIDRRequest:
+		return RDMACMEventConnectRequest, 0
+	case EventEstablished:
+		return RDMACMEventEstablished, 0
+	case EventRejected:
+		return RDMACMEventRejected, int(e.Reason)
+	case EventUnreachable:
+		return RDMACMEventUnreachable, -etimedout
+	case EventDisconnected:
+		return RDMACMEventDisconnected, 0
+	case EventTimewaitExit:
+		return RDMACMEventTimewaitExit, 0
+	case EventSIDRResolved:
+		if e.SIDR != nil && e.SIDR.Status != 0 {
+			return RDMACMEventUnreachable, int(e.SIDR.Status)
+		}
+		return RDMACMEventEstablished, 0
+	}
+	return -1, 0
+}

@@ -166,16 +166,18 @@ func (w *fuzzWorld) act(p *prog, i int, out *Output) {
 // timewait pass: a seed that takes the fuzzer through every common state.
 func handshakeProgram() []byte {
 	u32 := func(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+	// An op byte is op<<1 | table.
+	op := func(code, table byte) byte { return code<<1 | table }
 	var b []byte
-	b = append(b, 3<<1|0, 0, 0, 5, 9)                             // table 0: Connect from port 9
+	b = append(b, op(3, 0), 0, 0, 5, 9)                           // table 0: Connect from port 9
 	b = append(append(append(b, u32(0x11)...), u32(0x100)...), 3) // QPN, PSN, MTU 1024
-	b = append(b, 4<<1, 1)                                        // deliver the REQ
-	b = append(b, 3<<1|1, 0, 0, 0)                                // table 1: Accept
+	b = append(b, op(4, 0), 1)                                    // deliver the REQ
+	b = append(b, op(3, 1), 0, 0, 0)                              // table 1: Accept
 	b = append(append(append(b, u32(0x22)...), u32(0x200)...), 1, 1, 7)
-	b = append(b, 4<<1, 1, 4<<1, 1)         // REP, RTU
-	b = append(b, 3<<1|0, 0, 0, 2, 4<<1, 1) // table 0: Disconnect; DREQ
-	b = append(b, 3<<1|1, 0, 0, 2, 4<<1, 1) // table 1: Disconnect; DREP
-	b = append(b, 5<<1|0, 255, 5<<1|1, 255) // timewait passes on both
+	b = append(b, op(4, 0), 1, op(4, 0), 1)       // REP, RTU
+	b = append(b, op(3, 0), 0, 0, 2, op(4, 0), 1) // table 0: Disconnect; DREQ
+	b = append(b, op(3, 1), 0, 0, 2, op(4, 0), 1) // table 1: Disconnect; DREP
+	b = append(b, op(5, 0), 255, op(5, 1), 255)   // timewait passes on both
 	return b
 }
 
