@@ -88,15 +88,23 @@ type Conn struct {
 	heapIdx  int
 }
 
-// QPModifies of a connection: RTR then RTS with what the exchange agreed
-// (cm.c cm_init_qp_rtr_attr, cm_init_qp_rts_attr).
+// qpTransitions are the QP modifications rdma_cm makes before it sends a
+// REP or an RTU (cma.c cma_modify_qp_rtr, cma_modify_qp_rts; cm.c
+// cm_init_qp_init_attr, cm_init_qp_rtr_attr, cm_init_qp_rts_attr): INIT
+// again with remote write, and read and atomics when we are a responder
+// for them; RTR with the peer's QPN and PSN; RTS with ours and the timers.
 func (c *Conn) qpTransitions(out *Output) {
 	attr := QPAttr{
-		DestQPN: c.RemoteQPN, RQPSN: c.RemotePSN, SQPSN: c.PSN, PathMTU: c.PathMTU, Path: c.Path,
+		AccessFlags: AccessRemoteWrite,
+		DestQPN:     c.RemoteQPN, RQPSN: c.RemotePSN, SQPSN: c.PSN, PathMTU: c.PathMTU, Path: c.Path,
 		MaxDestRdAtomic: c.RespRes, MaxRdAtomic: c.InitDepth, Timeout: c.Timeout,
 		RetryCount: c.RetryCount, RNRRetry: c.RNRRetry,
 	}
+	if c.RespRes > 0 {
+		attr.AccessFlags |= AccessRemoteRead | AccessRemoteAtomic
+	}
 	out.Modify = append(out.Modify,
+		QPModify{ID: c.ID, QPN: c.QPN, State: QPStateInit, Attr: attr},
 		QPModify{ID: c.ID, QPN: c.QPN, State: QPStateRTR, Attr: attr},
 		QPModify{ID: c.ID, QPN: c.QPN, State: QPStateRTS, Attr: attr})
 }

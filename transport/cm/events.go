@@ -32,13 +32,16 @@ type Send struct {
 type QPState uint8
 
 const (
-	QPStateRTR QPState = iota + 1 // Ready To Receive: needs the peer's QPN and PSN
-	QPStateRTS                    // Ready To Send: timeout, retries, our PSN
-	QPStateErr                    // Error: the connection is gone
+	QPStateInit QPState = iota + 1 // INIT again, with the access the CM agreed (cma_modify_qp_rtr starts so)
+	QPStateRTR                     // Ready To Receive: needs the peer's QPN and PSN
+	QPStateRTS                     // Ready To Send: timeout, retries, our PSN
+	QPStateErr                     // Error: the connection is gone
 )
 
 func (s QPState) String() string {
 	switch s {
+	case QPStateInit:
+		return "INIT"
 	case QPStateRTR:
 		return "RTR"
 	case QPStateRTS:
@@ -53,6 +56,7 @@ func (s QPState) String() string {
 // exchanged QPNs and PSNs, the path, and the RDMA READ/atomic depths and
 // retry counts the REQ and REP agreed.
 type QPAttr struct {
+	AccessFlags     uint32   // INIT: remote access (AccessRemoteWrite, ...)
 	DestQPN         uint32   // RTR: the peer's QPN
 	RQPSN           uint32   // RTR: the peer's starting PSN
 	SQPSN           uint32   // RTS: our starting PSN
@@ -65,6 +69,14 @@ type QPAttr struct {
 	RetryCount      uint8    // RTS
 	RNRRetry        uint8    // RTS
 }
+
+// Remote access flags of a connected QP (ib_verbs.h enum ib_access_flags,
+// the same bits as libibverbs' IBV_ACCESS_*).
+const (
+	AccessRemoteWrite  = 1 << 1
+	AccessRemoteRead   = 1 << 2
+	AccessRemoteAtomic = 1 << 3
+)
 
 // QPModify asks the consumer to move its QP to State.
 type QPModify struct {

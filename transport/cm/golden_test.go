@@ -45,11 +45,16 @@ func TestGoldenPassiveAnswersAsKernel(t *testing.T) {
 	if len(out.Sends) != 1 || !bytes.Equal(out.Sends[0].MAD[:], caps[1].b) || out.Sends[0].To != caps[0].from {
 		t.Fatalf("REP differs from the kernel's\n got %x\nwant %x", out.Sends[0].MAD, caps[1].b)
 	}
-	// cma_accept_ib: RTR then RTS before the REP leaves.
-	if len(out.Modify) != 2 || out.Modify[0].State != QPStateRTR || out.Modify[1].State != QPStateRTS {
+	// cma_accept_ib: INIT (access), RTR, RTS before the REP leaves.
+	if len(out.Modify) != 3 || out.Modify[0].State != QPStateInit || out.Modify[1].State != QPStateRTR ||
+		out.Modify[2].State != QPStateRTS {
 		t.Fatalf("modify %+v", out.Modify)
 	}
-	a := out.Modify[0].Attr
+	a := out.Modify[1].Attr
+	// rping offers one RDMA READ: the QP answers reads and atomics.
+	if a.AccessFlags != AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic {
+		t.Errorf("access flags %#x", a.AccessFlags)
+	}
 	if a.DestQPN != req.LocalQPN || a.RQPSN != req.StartingPSN || a.SQPSN != rep.StartingPSN || a.PathMTU != 3 ||
 		a.MaxDestRdAtomic != 1 || a.MaxRdAtomic != 1 || a.RetryCount != 7 || a.RNRRetry != 7 ||
 		a.Timeout != req.Primary.LocalACKTimeout {
@@ -99,10 +104,10 @@ func TestGoldenActiveSendsAsKernel(t *testing.T) {
 	if len(out.Sends) != 1 || !bytes.Equal(out.Sends[0].MAD[:], caps[2].b) {
 		t.Fatalf("RTU differs from the kernel's\n got %x\nwant %x", out.Sends[0].MAD, caps[2].b)
 	}
-	if len(out.Modify) != 2 {
+	if len(out.Modify) != 3 || out.Modify[2].State != QPStateRTS {
 		t.Fatalf("modify %+v", out.Modify)
 	}
-	a := out.Modify[1].Attr
+	a := out.Modify[2].Attr
 	// cm_rep_handler: timeout from the REP's target ACK delay and the life time.
 	if a.DestQPN != rep.LocalQPN || a.RQPSN != rep.StartingPSN || a.SQPSN != req.StartingPSN ||
 		a.Timeout != AckTimeout(rep.TargetACKDelay, 18) || a.Timeout != 19 || a.RNRRetry != rep.RNRRetryCount {

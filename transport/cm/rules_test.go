@@ -431,3 +431,36 @@ func TestMRAWaitOverResendsREQ(t *testing.T) {
 	_, _ = mad.EncodeCM(rep.Sends[0].MAD[:], mad.CMHeader(1, 0), &mad.REP{LocalCommID: 0x55, RemoteCommID: id, LocalQPN: 5})
 	only(t, deliver(t, &rep, p.active, passiveIP), EventEstablished)
 }
+
+// cm.c cm_init_qp_init_attr: a connected QP takes remote writes; reads and
+// atomics only when it offers responder resources. The REP's resources are
+// bounded by the REQ's offer (IBA 12.6.8: responder resources at most the
+// REQ's initiator depth).
+func TestQPAccessFollowsResponderResources(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	cp := rpingConnect()
+	cp.InitDepth = 2
+	_, _ = p.active.Connect(cp, &out)
+	pOut := deliver(t, &out, p.passive, activeIP)
+	id := pOut.Events[0].ID
+	pOut.Reset()
+	ap := rpingAccept()
+	ap.RespRes, ap.InitDepth = 0, 4
+	if err := p.passive.Accept(id, ap, pOut); err != nil {
+		t.Fatal(err)
+	}
+	if a := pOut.Modify[0].Attr; pOut.Modify[0].State != QPStateInit || a.AccessFlags != AccessRemoteWrite ||
+		a.MaxDestRdAtomic != 0 || a.MaxRdAtomic != 1 {
+		t.Errorf("passive modify %+v", pOut.Modify[0])
+	}
+	rep := sent(t, pOut)[0].(*mad.REP)
+	if rep.ResponderResources != 0 || rep.InitiatorDepth != 1 {
+		t.Errorf("REP resources %d depth %d", rep.ResponderResources, rep.InitiatorDepth)
+	}
+	aOut := deliver(t, pOut, p.active, passiveIP)
+	if a := aOut.Modify[0].Attr; a.AccessFlags != AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic ||
+		a.MaxRdAtomic != 0 || a.MaxDestRdAtomic != 1 {
+		t.Errorf("active modify %+v", aOut.Modify[0])
+	}
+}
