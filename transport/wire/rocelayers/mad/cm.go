@@ -24,7 +24,9 @@ const (
 	RejNoQP                   = 1
 	RejNoResources            = 3
 	RejTimeout                = 4
+	RejUnsupported            = 5
 	RejInvalidServiceID       = 8
+	RejInvalidTransportType   = 9
 	RejStaleConn              = 10
 	RejInvalidMTU             = 26
 	RejInsufficientRespRes    = 27
@@ -61,8 +63,6 @@ type Path struct {
 	SubnetLocal     bool   `json:"subnet_local"`
 	LocalACKTimeout uint8  `json:"local_ack_timeout"` // 5 bits
 }
-
-const pathLen = 44
 
 func (p *Path) decode(b []byte) {
 	p.LocalLID = binary.BigEndian.Uint16(b[0:])

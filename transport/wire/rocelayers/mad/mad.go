@@ -58,6 +58,16 @@ const (
 	MethodReportResp  = MethodReport | MethodResponse
 )
 
+// MAD status codes (IBA 13.4.7, Table 132): bits 4:2 of the status field.
+const (
+	StatusBusy                  = 0x0001
+	StatusRedirect              = 0x0002
+	StatusBadVersion            = 0x0004
+	StatusUnsupportedMethod     = 0x0008
+	StatusUnsupportedMethodAttr = 0x000C
+	StatusInvalidAttrValue      = 0x001C
+)
+
 // CM attribute IDs (IBA Table 104).
 const (
 	AttrClassPortInfo         = 0x0001
