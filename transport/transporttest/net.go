@@ -294,14 +294,14 @@ var ErrTooLong = errors.New("transporttest: run exceeded its event budget")
 // next timer. maxEvents bounds the run.
 func (n *Net) Run(done func() bool, maxEvents int) error {
 	for range maxEvents {
-		next := n.RunQPs()
+		n.RunQPs()
 		if done() {
 			return nil
 		}
 		if n.Step() {
 			continue
 		}
-		next = n.RunQPs()
+		next := n.RunQPs()
 		if done() {
 			return nil
 		}
