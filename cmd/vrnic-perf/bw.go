@@ -189,55 +189,25 @@ func (s *session) advance(w *sendWR, cnt uint64) {
 // completion times.
 func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 	p := s.p
-	n := len(s.qps)
-	tot := p.iters * uint64(n)
-	run := &bwRun{}
-	if !p.noPeak {
-		run.tposted, run.tcompleted = make([]int64, tot), make([]int64, tot)
-	} else {
-		run.tposted, run.tcompleted = make([]int64, 1), make([]int64, 1)
-	}
-	wrs := s.sendWRs()
-	scnt, ccnt := make([]uint64, n), make([]uint64, n)
-	var totS, totC uint64
-	clock := newDurClock(p)
-	base := epoch()
-	ns := func() int64 { return int64(time.Since(base)) }
-	clock.start(time.Now())
+	l := newBWLoop(s)
+	l.clock.start(time.Now())
 	if !p.isDuration && p.noPeak {
-		run.tposted[0] = ns()
+		l.run.tposted[0] = l.ns()
 	}
-	w := newIdler(ctx, func() string { return fmt.Sprintf("%d of %d WRs completed", totC, tot) })
+	w := newIdler(ctx, func() string { return fmt.Sprintf("%d of %d WRs completed", l.totC, l.tot) })
 	wc := make([]verbs.WC, 16)
-	s.progress.start("iterations", tot)
-	cqMod := uint64(p.cqMod)
-	for totS < tot || totC < tot || (p.isDuration && !clock.ended()) {
+	s.progress.start("iterations", l.tot)
+	for l.totS < l.tot || l.totC < l.tot || (p.isDuration && !l.clock.ended()) {
 		if p.isDuration {
-			clock.tick(time.Now())
-			if clock.ended() {
+			l.clock.tick(time.Now())
+			if l.clock.ended() {
 				break
 			}
 		}
-		for i := range s.qps {
-			for (scnt[i] < p.iters || p.isDuration) && scnt[i]-ccnt[i]+1 <= uint64(p.txDepth) {
-				k := scnt[i]
-				wr := wrs[i].wr
-				wr.Flags = 0
-				if k%cqMod == cqMod-1 || (!p.isDuration && k == p.iters-1) {
-					wr.Flags = verbs.SendSignaled
-				}
-				if !p.noPeak {
-					run.tposted[totS] = ns()
-				}
-				if err := s.qps[i].PostSend(wr); err != nil {
-					return nil, fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", i, scnt[i], err)
-				}
-				s.advance(&wrs[i], k)
-				scnt[i]++
-				totS++
-			}
+		if err := l.post(); err != nil {
+			return nil, err
 		}
-		if !(totC < tot || (p.isDuration && totC < totS)) {
+		if !(l.totC < l.tot || (p.isDuration && l.totC < l.totS)) {
 			continue
 		}
 		got := s.scq.Poll(wc)
@@ -248,38 +218,111 @@ func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 			continue
 		}
 		w.moved()
-		for _, c := range wc[:got] {
-			if c.Status != verbs.WCSuccess {
-				return nil, compError("client", c, totS, totC)
-			}
-			qi := int(c.WRID)
-			if qi < 0 || qi >= n {
-				return nil, fmt.Errorf("completion for unknown wr_id %d", c.WRID)
-			}
-			ccnt[qi] += cqMod
-			totC += cqMod
-			if !p.noPeak {
-				if totC > tot {
-					run.tcompleted[tot-1] = ns()
-				} else {
-					run.tcompleted[totC-1] = ns()
-				}
-			}
-			if clock.sampling() {
-				run.iters += cqMod
-			}
+		if err := l.complete(wc[:got]); err != nil {
+			return nil, err
 		}
-		s.progress.update(totC, tot)
+		s.progress.update(l.totC, l.tot)
 	}
+	l.finish()
+	return l.run, nil
+}
+
+// bwLoop is runBW's state: each QP's WR and its post and completion
+// counts (scnt, ccnt), their totals over the QPs, what the run records.
+type bwLoop struct {
+	s          *session
+	run        *bwRun
+	wrs        []sendWR
+	scnt, ccnt []uint64
+	totS, totC uint64
+	tot        uint64 // iterations × QPs
+	clock      *durClock
+	base       time.Time
+}
+
+func newBWLoop(s *session) *bwLoop {
+	p := s.p
+	n := len(s.qps)
+	l := &bwLoop{s: s, run: &bwRun{}, tot: p.iters * uint64(n)}
+	if !p.noPeak {
+		l.run.tposted, l.run.tcompleted = make([]int64, l.tot), make([]int64, l.tot)
+	} else {
+		l.run.tposted, l.run.tcompleted = make([]int64, 1), make([]int64, 1)
+	}
+	l.wrs = s.sendWRs()
+	l.scnt, l.ccnt = make([]uint64, n), make([]uint64, n)
+	l.clock = newDurClock(p)
+	l.base = epoch()
+	return l
+}
+
+// ns is the time since the run's epoch.
+func (l *bwLoop) ns() int64 { return int64(time.Since(l.base)) }
+
+// post tops every QP up to tx_depth WRs in flight, signalling every
+// cq_mod-th WR and the last one.
+func (l *bwLoop) post() error {
+	p := l.s.p
+	cqMod := uint64(p.cqMod)
+	for i, qp := range l.s.qps {
+		for (l.scnt[i] < p.iters || p.isDuration) && l.scnt[i]-l.ccnt[i]+1 <= uint64(p.txDepth) {
+			k := l.scnt[i]
+			wr := l.wrs[i].wr
+			wr.Flags = 0
+			if k%cqMod == cqMod-1 || (!p.isDuration && k == p.iters-1) {
+				wr.Flags = verbs.SendSignaled
+			}
+			if !p.noPeak {
+				l.run.tposted[l.totS] = l.ns()
+			}
+			if err := qp.PostSend(wr); err != nil {
+				return fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", i, l.scnt[i], err)
+			}
+			l.s.advance(&l.wrs[i], k)
+			l.scnt[i]++
+			l.totS++
+		}
+	}
+	return nil
+}
+
+// complete counts the completions polled: each stands for cq_mod WRs of
+// its QP (the wr_id).
+func (l *bwLoop) complete(wcs []verbs.WC) error {
+	p := l.s.p
+	cqMod := uint64(p.cqMod)
+	for _, c := range wcs {
+		if c.Status != verbs.WCSuccess {
+			return compError("client", c, l.totS, l.totC)
+		}
+		qi := int(c.WRID)
+		if qi < 0 || qi >= len(l.ccnt) {
+			return fmt.Errorf("completion for unknown wr_id %d", c.WRID)
+		}
+		l.ccnt[qi] += cqMod
+		l.totC += cqMod
+		if !p.noPeak {
+			l.run.tcompleted[min(l.totC, l.tot)-1] = l.ns()
+		}
+		if l.clock.sampling() {
+			l.run.iters += cqMod
+		}
+	}
+	return nil
+}
+
+// finish records the run's end: the last completion time without peak
+// samples, the sample window in duration mode.
+func (l *bwLoop) finish() {
+	p := l.s.p
 	if !p.isDuration && p.noPeak {
-		run.tcompleted[0] = ns()
+		l.run.tcompleted[0] = l.ns()
 	}
 	if p.isDuration {
-		run.tposted[0], run.tcompleted[0] = clock.window(base)
+		l.run.tposted[0], l.run.tcompleted[0] = l.clock.window(l.base)
 	} else {
-		run.iters = p.iters
+		l.run.iters = p.iters
 	}
-	return run, nil
 }
 
 // compError is NOTIFY_COMP_ERROR_SEND / _RECV.
@@ -287,8 +330,8 @@ func compError(side string, c verbs.WC, a, b uint64) error {
 	return fmt.Errorf(" Completion with error at %s\n Failed status %d: wr_id %d syndrom 0x%x\n scnt=%d, ccnt=%d", side, c.Status, int(c.WRID), c.VendorErr, a, b)
 }
 
-// recvWR is QP i's receive WR (ctx_set_recv_wqes): into the QP's receive
-// half, walking the cycle buffer.
+// recvAddr is where QP i's receive WRs land (ctx_set_recv_wqes): the QP's
+// receive half of the buffer; nextRecv walks the cycle buffer from there.
 func (s *session) recvAddr(i int) uint64 {
 	return s.buf.Addr() + uint64(s.p.numQPs+i)*s.sendStride
 }

@@ -103,6 +103,7 @@ func (s *session) handshake(ctx context.Context, i int, wait time.Duration) erro
 	return nil
 }
 
+// handshakeAll exchanges every QP's address, printing the peer's with print.
 func (s *session) handshakeAll(ctx context.Context, print bool) error {
 	for i := range s.qps {
 		if err := s.handshake(ctx, i, 0); err != nil {
@@ -152,8 +153,8 @@ func (s *session) connect() error {
 	return nil
 }
 
-// setup is the part every main() shares after the first address
-// exchange: connect, print both sides' addresses.
+// printLocal prints this side's address of every QP (ctx_print_pingpong_data
+// with "local"); handshakeAll prints the peer's as they arrive.
 func (s *session) printLocal() {
 	for _, d := range s.my {
 		printAddress(s.out, s.p, false, d)

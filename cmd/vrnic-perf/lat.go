@@ -14,7 +14,40 @@ import (
 // latMain is the latency tests' main()s.
 func (s *session) latMain(ctx context.Context) error {
 	p := s.p
-	send := p.test.verb == verbSend
+	if err := s.latConnect(ctx); err != nil {
+		return err
+	}
+	oneSided := p.test.verb == verbRead || p.test.verb == verbAtomic
+	if oneSided && !p.client() {
+		// Only the client posts reads: the server waits in the close.
+		if err := s.closeComm(ctx, runWait); err != nil {
+			return err
+		}
+		io.WriteString(s.out, resultLine)
+		return nil
+	}
+	if p.events {
+		for _, cq := range []*verbs.CQ{s.scq, s.rcq} {
+			if err := cq.ReqNotify(false); err != nil {
+				return fmt.Errorf("Couldn't request CQ notification: %w", err)
+			}
+		}
+	}
+	printLatHeader(s.out, p)
+	for _, size := range s.sizes() {
+		p.size = size
+		if err := s.latSize(ctx); err != nil {
+			return err
+		}
+	}
+	return s.latEnd(ctx)
+}
+
+// latConnect is the latency mains' exchanges up to RTR: ib_send_lat
+// connects before its first barrier, the others after it and then meet
+// once more.
+func (s *session) latConnect(ctx context.Context) error {
+	send := s.p.test.verb == verbSend
 	if !send {
 		if err := s.handshake(ctx, 0, 0); err != nil {
 			return err
@@ -37,51 +70,44 @@ func (s *session) latMain(ctx context.Context) error {
 			return err
 		}
 	}
-	oneSided := p.test.verb == verbRead || p.test.verb == verbAtomic
-	if oneSided && !p.client() {
-		// Only the client posts reads: the server waits in the close.
-		if err := s.closeComm(ctx, runWait); err != nil {
+	return nil
+}
+
+// latSize runs the latency loop at one message size and prints its line.
+func (s *session) latSize(ctx context.Context) error {
+	p := s.p
+	var r latRun
+	var err error
+	switch p.test.verb {
+	case verbWrite:
+		r, err = s.runLatWrite(ctx)
+	case verbSend:
+		if _, err = s.postRecvs(); err != nil {
 			return err
 		}
-		io.WriteString(s.out, resultLine)
-		return nil
-	}
-	if p.events {
-		for _, cq := range []*verbs.CQ{s.scq, s.rcq} {
-			if err := cq.ReqNotify(false); err != nil {
-				return fmt.Errorf("Couldn't request CQ notification: %w", err)
-			}
-		}
-	}
-	printLatHeader(s.out, p)
-	for _, size := range s.sizes() {
-		p.size = size
-		var r latRun
-		var err error
-		switch p.test.verb {
-		case verbWrite:
-			r, err = s.runLatWrite(ctx)
-		case verbSend:
-			if _, err = s.postRecvs(); err != nil {
-				return err
-			}
-			if err = s.handshake(ctx, 0, runWait); err != nil {
-				return err
-			}
-			r, err = s.runLatSend(ctx)
-		default:
-			r, err = s.runLat(ctx)
-		}
-		if err != nil {
+		if err = s.handshake(ctx, 0, runWait); err != nil {
 			return err
 		}
-		if p.isDuration {
-			lat, tps := latDurReport(p, r.window, r.iters)
-			printLatDurReport(s.out, p.size, r.iters, lat, tps)
-		} else {
-			printLatReport(s.out, latReport(p, r.tposted))
-		}
+		r, err = s.runLatSend(ctx)
+	default:
+		r, err = s.runLat(ctx)
 	}
+	if err != nil {
+		return err
+	}
+	if p.isDuration {
+		lat, tps := latDurReport(p, r.window, r.iters)
+		printLatDurReport(s.out, p.size, r.iters, lat, tps)
+	} else {
+		printLatReport(s.out, latReport(p, r.tposted))
+	}
+	return nil
+}
+
+// latEnd is the mains' end: the closing exchange (none for ib_write_lat)
+// and the result line.
+func (s *session) latEnd(ctx context.Context) error {
+	p := s.p
 	if p.isDuration && (p.test.verb == verbWrite || p.test.verb == verbSend) {
 		// The peer's clock ends on its own: its last message may still
 		// be coming. Keep the QP a moment so the device acknowledges it —
@@ -248,79 +274,114 @@ func (s *session) runLat(ctx context.Context) (latRun, error) {
 // client sends then receives; receives are reposted while more are due.
 func (s *session) runLatSend(ctx context.Context) (latRun, error) {
 	p := s.p
-	wr := s.sendWRs()[0].wr
-	var scnt, rcnt uint64
-	r := latRun{}
+	l := &latSendLoop{s: s, wr: s.sendWRs()[0].wr, clock: newDurClock(p), base: epoch()}
 	if !p.isDuration {
-		r.tposted = make([]int64, p.iters)
+		l.r.tposted = make([]int64, p.iters)
 	}
-	clock := newDurClock(p)
-	started := false
-	base := epoch()
-	w := newIdler(ctx, func() string { return fmt.Sprintf("iteration %d: waiting for the peer's message", rcnt) })
+	l.w = newIdler(ctx, func() string { return fmt.Sprintf("iteration %d: waiting for the peer's message", l.rcnt) })
 	if p.client() {
-		clock.start(time.Now())
-		started = true
+		l.clock.start(time.Now())
+		l.started = true
 	}
-	recvAddr := s.recvAddr(0)
-	for scnt < p.iters || rcnt < p.iters || (p.isDuration && !clock.ended()) {
-		if started {
-			clock.tick(time.Now())
+	l.recvAddr = s.recvAddr(0)
+	for l.scnt < p.iters || l.rcnt < p.iters || (p.isDuration && !l.clock.ended()) {
+		if l.started {
+			l.clock.tick(time.Now())
 		}
-		if (rcnt < p.iters || p.isDuration) && !(scnt < 1 && p.client()) {
-			c, err := s.pollOneUntil(s.rcq, w, clock)
-			if err != nil {
-				return r, err
-			}
-			if clock.ended() {
+		if (l.rcnt < p.iters || p.isDuration) && !(l.scnt < 1 && p.client()) {
+			if ended, err := l.recv(); err != nil {
+				return l.r, err
+			} else if ended {
 				break
 			}
-			if !started {
-				clock.start(time.Now())
-				started = true
-			}
-			if c.Status != verbs.WCSuccess {
-				return r, compError("server", c, rcnt, rcnt)
-			}
-			rcnt++
-			if clock.sampling() {
-				r.iters++
-			}
-			if p.isDuration || rcnt+uint64(p.rxDepth) <= p.iters {
-				rw := verbs.RecvWR{ID: c.WRID, SGL: []verbs.SGE{{Addr: recvAddr, Length: uint32(p.size), LKey: s.mr.LKey()}}}
-				if err := s.qps[0].PostRecv(rw); err != nil {
-					return r, fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
-				}
-			}
 		}
-		if scnt < p.iters || (p.isDuration && !clock.ended()) {
-			if !p.isDuration {
-				r.tposted[scnt] = int64(time.Since(base))
-			}
-			scnt++
-			wr.Flags = 0
-			signal := scnt%uint64(p.cqMod) == 0 || (!p.isDuration && scnt == p.iters)
-			if signal {
-				wr.Flags = verbs.SendSignaled
-			}
-			if err := s.qps[0].PostSend(wr); err != nil {
-				return r, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
-			}
-			if signal {
-				c, err := s.pollOneUntil(s.scq, w, clock)
-				if err != nil {
-					return r, err
-				}
-				if clock.ended() {
-					break
-				}
-				if c.Status != verbs.WCSuccess {
-					return r, compError("client", c, scnt, scnt)
-				}
+		if l.scnt < p.iters || (p.isDuration && !l.clock.ended()) {
+			if ended, err := l.send(); err != nil {
+				return l.r, err
+			} else if ended {
+				break
 			}
 		}
 	}
-	return s.latDone(r, clock), nil
+	return s.latDone(l.r, l.clock), nil
+}
+
+// latSendLoop is runLatSend's state: the sends and receives counted
+// (scnt, rcnt), the duration clock, which the server starts at its
+// first receive.
+type latSendLoop struct {
+	s          *session
+	w          *idler
+	clock      *durClock
+	r          latRun
+	wr         verbs.SendWR
+	scnt, rcnt uint64
+	started    bool
+	base       time.Time
+	recvAddr   uint64
+}
+
+// recv waits for the peer's message and reposts its receive while more
+// are due; ended says the duration clock ran out while it waited.
+func (l *latSendLoop) recv() (ended bool, err error) {
+	s, p := l.s, l.s.p
+	c, err := s.pollOneUntil(s.rcq, l.w, l.clock)
+	if err != nil {
+		return false, err
+	}
+	if l.clock.ended() {
+		return true, nil
+	}
+	if !l.started {
+		l.clock.start(time.Now())
+		l.started = true
+	}
+	if c.Status != verbs.WCSuccess {
+		return false, compError("server", c, l.rcnt, l.rcnt)
+	}
+	l.rcnt++
+	if l.clock.sampling() {
+		l.r.iters++
+	}
+	if p.isDuration || l.rcnt+uint64(p.rxDepth) <= p.iters {
+		rw := verbs.RecvWR{ID: c.WRID, SGL: []verbs.SGE{{Addr: l.recvAddr, Length: uint32(p.size), LKey: s.mr.LKey()}}}
+		if err := s.qps[0].PostRecv(rw); err != nil {
+			return false, fmt.Errorf("Couldn't post recv: rcnt=%d: %w", l.rcnt, err)
+		}
+	}
+	return false, nil
+}
+
+// send posts the next message, signalled every cq_mod-th and the last,
+// and waits for a signalled one's completion; ended as for recv.
+func (l *latSendLoop) send() (ended bool, err error) {
+	s, p := l.s, l.s.p
+	if !p.isDuration {
+		l.r.tposted[l.scnt] = int64(time.Since(l.base))
+	}
+	l.scnt++
+	l.wr.Flags = 0
+	signal := l.scnt%uint64(p.cqMod) == 0 || (!p.isDuration && l.scnt == p.iters)
+	if signal {
+		l.wr.Flags = verbs.SendSignaled
+	}
+	if err := s.qps[0].PostSend(l.wr); err != nil {
+		return false, fmt.Errorf("Couldn't post send: scnt=%d: %w", l.scnt, err)
+	}
+	if !signal {
+		return false, nil
+	}
+	c, err := s.pollOneUntil(s.scq, l.w, l.clock)
+	if err != nil {
+		return false, err
+	}
+	if l.clock.ended() {
+		return true, nil
+	}
+	if c.Status != verbs.WCSuccess {
+		return false, compError("client", c, l.scnt, l.scnt)
+	}
+	return false, nil
 }
 
 // pollOneUntil waits for one completion on cq, or for the duration
