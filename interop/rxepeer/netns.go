@@ -2,7 +2,6 @@ package rxepeer
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // Netns is a network namespace made for one test (ip netns add), deleted
@@ -272,8 +273,11 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 	buf := make([]byte, 1500)
 	to := &net.IPAddr{IP: dst.AsSlice()}
 	for seqNo := uint16(1); ; seqNo++ {
-		req := []byte{8, 0, 0, 0, byte(id >> 8), byte(id), byte(seqNo >> 8), byte(seqNo), 'v', 'r', 'n', 'i', 'c', 'd'}
-		binary.BigEndian.PutUint16(req[2:], inetChecksum(req))
+		req := wire.ICMPv4(append(make([]byte, wire.ICMPHeaderLen), "vrnicd"...))
+		req.SetType(wire.ICMPv4EchoRequest)
+		req.SetIdent(id)
+		req.SetSeq(seqNo)
+		req.UpdateChecksum()
 		sent := time.Now()
 		if _, err := c.WriteTo(req, to); err != nil {
 			return 0, fmt.Errorf("rxepeer: ping %v: %w", dst, err)
@@ -288,9 +292,9 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 			if err != nil {
 				break // this round timed out
 			}
-			b := buf[:m]
-			if ip, ok := from.(*net.IPAddr); ok && ip.IP.Equal(to.IP) && len(b) >= 8 && b[0] == 0 &&
-				binary.BigEndian.Uint16(b[4:]) == id && binary.BigEndian.Uint16(b[6:]) == seqNo {
+			b := wire.ICMPv4(buf[:m])
+			if ip, ok := from.(*net.IPAddr); ok && ip.IP.Equal(to.IP) && len(b) >= wire.ICMPHeaderLen &&
+				b.Type() == wire.ICMPv4EchoReply && b.Ident() == id && b.Seq() == seqNo {
 				return time.Since(sent), nil
 			}
 		}
@@ -298,21 +302,6 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 			return 0, fmt.Errorf("rxepeer: no echo reply from %v in namespace %s: %w", dst, n.Name, ctx.Err())
 		}
 	}
-}
-
-// inetChecksum is the RFC 1071 Internet checksum.
-func inetChecksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
 }
 
 // command runs a program with a 60 s limit and returns its combined output.

@@ -25,8 +25,10 @@ const (
 	ipv4Src      = 12
 	ipv4Dst      = 16
 
-	// IPv4DontFragment is the DF flag in the flags/fragment offset word.
-	IPv4DontFragment = 0x4000
+	// The flags and the fragment offset in their 16-bit word (Flags).
+	IPv4DontFragment  = 0x4000
+	IPv4MoreFragments = 0x2000
+	IPv4FragOffset    = 0x1fff // in units of 8 bytes
 )
 
 // IPv4 is a view of an IPv4 header (at least IPv4HeaderLen bytes; with
