@@ -8,20 +8,19 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
-// Netns is a network namespace made for one test (ip netns add), deleted
-// by t.Cleanup. Everything the interop tests send stays inside it.
+// Netns is a network namespace made for one test by linktest.NewNS (name,
+// Do, deleted by t.Cleanup), with the bridge, TAP and veth plumbing the
+// guests need. Everything the interop tests send stays inside it.
 type Netns struct {
-	Name     string
+	*linktest.NS
 	Bridge   string       // the first bridge AddBridge made; "" if none
 	HostAddr netip.Prefix // that bridge's address; invalid if it has none
 }
@@ -31,18 +30,7 @@ type Netns struct {
 func NewNetns(t testing.TB) *Netns {
 	t.Helper()
 	requireRoot(t)
-	n := &Netns{Name: fmt.Sprintf("vrn%d-%d", os.Getpid(), seq.Add(1))}
-	if out, err := command(context.Background(), "ip", "netns", "add", n.Name); err != nil {
-		t.Fatalf("rxepeer: ip netns add %s: %v: %s", n.Name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := command(context.Background(), "ip", "netns", "del", n.Name); err != nil {
-			t.Errorf("rxepeer: ip netns del %s: %v: %s", n.Name, err, out)
-		}
-	})
-	if err := n.IP("link", "set", "lo", "up"); err != nil {
-		t.Fatal(err)
-	}
+	n := &Netns{NS: linktest.NewNS(t, "vrn")}
 	// No IPv6 DAD delays on the links made here later.
 	if err := n.Sysctl("net/ipv6/conf/default/accept_dad", "0"); err != nil {
 		t.Fatal(err)
@@ -154,30 +142,6 @@ func (n *Netns) Sysctl(key, value string) error {
 		// /proc/sys/net resolves to the namespace of the opening thread.
 		return os.WriteFile("/proc/sys/"+key, []byte(value), 0o644)
 	})
-}
-
-// Do runs f on an OS thread that has joined the namespace. Sockets (and TAP
-// file descriptors) f creates belong to the namespace for their whole life
-// and may be used from any goroutine afterwards. The thread is never
-// returned to the Go scheduler: it exits with the goroutine.
-func (n *Netns) Do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // no Unlock: the thread dies with us
-		fd, err := unix.Open("/run/netns/"+n.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("rxepeer: netns %s: %w", n.Name, err)
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("rxepeer: setns %s: %w", n.Name, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
 }
 
 // Netem is a tc netem setting for one device's egress (for a bridge port:
