@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
 	"github.com/vrnic/vrnicd/interop/rxepeer"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
