@@ -406,63 +406,17 @@ func pct(l []time.Duration, p int) time.Duration {
 // unanswered. stuckVrnicd: the requester left waiting is vrnicd (else the
 // guest).
 func lostLastAck(frames, guest []capFrame, stuckVrnicd bool) (string, bool) {
-	sTap, fTap := frames, guest
+	v := ackLoss{sTap: frames, fTap: guest, stuckVrnicd: stuckVrnicd}
 	if !stuckVrnicd {
-		sTap, fTap = guest, frames
-	}
-	fromS := func(f *capFrame) bool { return f.toVrnicd != stuckVrnicd }
-	has := func(f *capFrame, flag wire.OpFlags) bool {
-		info := f.op.Info()
-		return info != nil && f.op.Transport() == 0 && info.Has(flag)
-	}
-	isAck := func(f *capFrame) bool {
-		return !fromS(f) && has(f, wire.FlagResponse) && f.hasAETH && f.syndrome>>5 == 0
+		v.sTap, v.fTap = guest, frames
 	}
 	// Streams, seen at the finisher: the requester's QP x sends to its y.
-	pair := pairQPs(fTap, fromS)
+	pair := pairQPs(v.fTap, v.fromS)
 	var found []string
 	for _, x := range slices.Sorted(maps.Keys(pair)) {
-		y := pair[x]
-		// The finisher's last ACK to x.
-		var last *capFrame
-		for i := range fTap {
-			if f := &fTap[i]; f.qp == x && isAck(f) {
-				last = f
-			}
+		if why, ok := v.lost(x, pair[x]); ok {
+			found = append(found, why)
 		}
-		if last == nil {
-			continue
-		}
-		a := wire.PSN(last.psn)
-		// Nothing covering it reached the requester.
-		arrived := false
-		for i := range sTap {
-			if f := &sTap[i]; f.qp == x && isAck(f) && !wire.PSN(f.psn).Before(a) {
-				arrived = true
-			}
-		}
-		if arrived {
-			continue
-		}
-		// Then the requester retransmitted what it covers, unanswered.
-		retrans, answered := 0, false
-		for i := range fTap {
-			f := &fTap[i]
-			if f.at <= last.at {
-				continue
-			}
-			switch {
-			case fromS(f) && f.qp == y && has(f, wire.FlagRequest) && !wire.PSN(f.psn).After(a):
-				retrans++
-			case !fromS(f) && f.qp == x && has(f, wire.FlagResponse):
-				answered = true
-			}
-		}
-		if retrans == 0 || answered {
-			continue
-		}
-		found = append(found, fmt.Sprintf("qp %#06x: the ACK of psn %#06x left the finisher's TAP at %.3f ms and never reached the requester's; "+
-			"%d retransmitted packets then reached the finisher's TAP unanswered", y, last.psn, msec(last.at), retrans))
 	}
 	if len(found) == 0 {
 		return "", false
@@ -473,4 +427,64 @@ func lostLastAck(frames, guest []capFrame, stuckVrnicd bool) (string, bool) {
 	}
 	return fmt.Sprintf("%s waited for ACKs that %s sent before its tool finished and destroyed its QPs:\n  %s",
 		who, peer, strings.Join(found, "\n  ")), true
+}
+
+// ackLoss is lostLastAck's view of the two captures: sTap on the stuck
+// requester's TAP, fTap on the finisher's.
+type ackLoss struct {
+	sTap, fTap  []capFrame
+	stuckVrnicd bool
+}
+
+// fromS says f left the requester's side.
+func (v ackLoss) fromS(f *capFrame) bool { return f.toVrnicd != v.stuckVrnicd }
+
+// rcHas says f is RC and its opcode has flag.
+func rcHas(f *capFrame, flag wire.OpFlags) bool {
+	info := f.op.Info()
+	return info != nil && f.op.Transport() == 0 && info.Has(flag)
+}
+
+func (v ackLoss) isAck(f *capFrame) bool {
+	return !v.fromS(f) && rcHas(f, wire.FlagResponse) && f.hasAETH && f.syndrome>>5 == 0
+}
+
+// lost checks the stream from the requester's QP x to the finisher's y:
+// the finisher's last ACK to x left its TAP, nothing covering it reached
+// the requester's, and the requester then retransmitted what it covers,
+// unanswered. It says so when all of that holds.
+func (v ackLoss) lost(x, y uint32) (string, bool) {
+	var last *capFrame
+	for i := range v.fTap {
+		if f := &v.fTap[i]; f.qp == x && v.isAck(f) {
+			last = f
+		}
+	}
+	if last == nil {
+		return "", false
+	}
+	a := wire.PSN(last.psn)
+	for i := range v.sTap {
+		if f := &v.sTap[i]; f.qp == x && v.isAck(f) && !wire.PSN(f.psn).Before(a) {
+			return "", false // it arrived
+		}
+	}
+	retrans, answered := 0, false
+	for i := range v.fTap {
+		f := &v.fTap[i]
+		if f.at <= last.at {
+			continue
+		}
+		switch {
+		case v.fromS(f) && f.qp == y && rcHas(f, wire.FlagRequest) && !wire.PSN(f.psn).After(a):
+			retrans++
+		case !v.fromS(f) && f.qp == x && rcHas(f, wire.FlagResponse):
+			answered = true
+		}
+	}
+	if retrans == 0 || answered {
+		return "", false
+	}
+	return fmt.Sprintf("qp %#06x: the ACK of psn %#06x left the finisher's TAP at %.3f ms and never reached the requester's; "+
+		"%d retransmitted packets then reached the finisher's TAP unanswered", y, last.psn, msec(last.at), retrans), true
 }
