@@ -81,9 +81,9 @@ func framedIP(f []byte) ([]byte, error) {
 	var n int
 	switch {
 	case et == uint16(layers.EthernetTypeIPv4) && len(ip) >= wire.IPv4HeaderLen:
-		n = int(binary.BigEndian.Uint16(ip[2:]))
+		n = int(wire.IPv4(ip).TotalLen())
 	case et == uint16(layers.EthernetTypeIPv6) && len(ip) >= wire.IPv6HeaderLen:
-		n = wire.IPv6HeaderLen + int(binary.BigEndian.Uint16(ip[4:]))
+		n = wire.IPv6HeaderLen + int(wire.IPv6(ip).PayloadLen())
 	default:
 		return nil, fmt.Errorf("%w: EtherType %#04x", ErrNotRoCE, et)
 	}
