@@ -2,8 +2,11 @@
 GO        ?= go
 FUZZTIME  ?= 20000x
 PKGS      := ./...
+# staticcheck is pinned in .ci/run (go install ...@v0.8.2, i.e. 2026.2.2) and
+# run from GOPATH/bin so that it is not a dependency in go.mod.
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all demo binaries build test check vet fmt unit long fuzz bench clean interop
+.PHONY: all demo binaries build test check vet fmt staticcheck unit long fuzz bench clean interop
 
 all: build
 
@@ -23,7 +26,7 @@ demo: binaries
 # need root (network namespaces, TAP) skip with a message when not root.
 test: check unit long systemd-check
 
-check: fmt vet
+check: fmt vet staticcheck
 
 fmt:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -31,6 +34,10 @@ fmt:
 
 vet:
 	$(GO) vet $(PKGS)
+
+staticcheck:
+	@[ -x "$(STATICCHECK)" ] || { echo "staticcheck missing: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"; exit 1; }
+	$(STATICCHECK) $(PKGS)
 
 # The kernel interop suite boots VMs; it runs in `make interop`, not here.
 unit:

@@ -190,19 +190,10 @@ func udSendFrame(t *testing.T, src, dst net.HardwareAddr, sip, dip netip.Addr, f
 	copy(frame[6:], src)
 	binary.BigEndian.PutUint16(frame[12:], 0x0800)
 	ip := frame[14:]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
-	binary.BigEndian.PutUint16(ip[4:], 0x2a2a) // identification
-	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
-	ip[8], ip[9] = 64, 17
-	s4, d4 := sip.As4(), dip.As4()
-	copy(ip[12:], s4[:])
-	copy(ip[16:], d4[:])
-	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip[:wire.IPv4HeaderLen]))
+	wire.IPv4(ip).Encode(&wire.IPv4Fields{TotalLen: uint16(len(ip)), ID: 0x2a2a, Flags: wire.IPv4DontFragment,
+		TTL: 64, Protocol: wire.IPProtoUDP, Src: sip.As4(), Dst: dip.As4()})
+	wire.UDP(ip[wire.IPv4HeaderLen:]).Encode(0xc0de, wire.RoCEv2Port, uint16(wire.UDPHeaderLen+tl)) // source port: any
 	udp := ip[wire.IPv4HeaderLen:]
-	binary.BigEndian.PutUint16(udp[0:], 0xc0de) // source port: any
-	binary.BigEndian.PutUint16(udp[2:], wire.RoCEv2Port)
-	binary.BigEndian.PutUint16(udp[4:], uint16(wire.UDPHeaderLen+tl))
 	// UDP checksum 0: none (RoCEv2 relies on the ICRC; kernel rxe sends 0 too).
 	if n := f.Encode(udp[wire.UDPHeaderLen:]); n != tl {
 		t.Fatalf("PacketFields.Encode wrote %d bytes, want %d", n, tl)
@@ -222,17 +213,6 @@ func isRoCEFrom(f []byte, src netip.Addr) bool {
 	s := src.As4()
 	return ip[0] == 0x45 && ip[9] == 17 && bytes.Equal(ip[12:16], s[:]) &&
 		binary.BigEndian.Uint16(ip[wire.IPv4HeaderLen+2:]) == wire.RoCEv2Port
-}
-
-func ipChecksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
 }
 
 // TestImpairedGuest boots a guest behind rxepeer's user-space impairment

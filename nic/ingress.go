@@ -123,7 +123,7 @@ func (d *Device) loopback(tp []byte, src, dst gid.GID, tclass, hop uint8, sport 
 		iphdr[8], iphdr[9] = hop, 17
 		copy(iphdr[12:16], src[12:])
 		copy(iphdr[16:20], dst[12:])
-		binary.BigEndian.PutUint16(iphdr[10:], ipv4Checksum(iphdr))
+		binary.BigEndian.PutUint16(iphdr[10:], wire.Checksum(iphdr))
 	} else {
 		iphdr = h[:]
 		binary.BigEndian.PutUint32(iphdr[0:], 6<<28|uint32(tclass)<<20)
@@ -133,15 +133,4 @@ func (d *Device) loopback(tp []byte, src, dst gid.GID, tclass, hop uint8, sport 
 		copy(iphdr[24:40], dst[:])
 	}
 	d.ingress(tp, iphdr, src, dst, sport)
-}
-
-func ipv4Checksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }

@@ -235,7 +235,7 @@ func checkModify(typ QPType, cur QPState, a *QPAttr, mask AttrMask) (QPState, er
 	if mask&(AttrSQPSN) != 0 && a.SQPSN > wire.PSNMask {
 		return cur, fmt.Errorf("%w: sq_psn %#x is not 24 bits", ErrInvalid, a.SQPSN)
 	}
-	if mask&AttrDestQPN != 0 && (a.DestQPN > wire.PSNMask || a.DestQPN == 0) {
+	if mask&AttrDestQPN != 0 && (a.DestQPN > wire.QPNMask || a.DestQPN == 0) {
 		return cur, fmt.Errorf("%w: dest_qp_num %#x", ErrInvalid, a.DestQPN)
 	}
 	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(mem.LocalWrite|mem.RemoteWrite|mem.RemoteRead|mem.RemoteAtomic|mem.MWBind|mem.FlushGlobal|mem.FlushPersistent) != 0 {

@@ -74,34 +74,68 @@ func TestE2EChildClient(t *testing.T) {
 // with nothing completed; its next request goes unanswered (A drops
 // packets for a QP it no longer has), so after its retries the READ
 // completes with RETRY_EXC_ERR, the QP goes to ERR and the SEND behind it
-// is flushed.
+// is flushed. The three outcomes are subtests, so that one failing does
+// not hide the others.
 func e2eKilledClient(t *testing.T, n *e2eNet) {
-	cb := e2eOpen(t, n.sockB, e2eB4, e2eB6)
-	peer := cb.end(verbs.QPTypeRC, nil, 1<<20)
-	other := e2eOpen(t, n.sockA, e2eA4, e2eA6).end(verbs.QPTypeRC, nil, 1<<20)
-	otherPeer := cb.end(verbs.QPTypeRC, nil, 1<<20)
-	e2eConnect(t, other, otherPeer, e2eLink{})
+	k := startKilledClient(t, n)
+	k.startOtherTransfer(t)
+	devA, _ := n.e2eStat(t, n.sockA)
+	k.killed = time.Now()
+	if err := k.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("objects gone", func(t *testing.T) { k.objectsGone(t, n) })
+	t.Run("other transfer", func(t *testing.T) { k.otherTransferCompletes(t) })
+	t.Run("peer", func(t *testing.T) { k.peerLearns(t, n, devA) })
+}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestE2EChildClient$")
-	cmd.Env = append(os.Environ(), e2eChildEnv+"="+n.sockA, "GORACE=atexit_sleep_ms=0")
-	stdin, err := cmd.StdinPipe()
+// killedClient is e2eKilledClient's cast: the client process to be killed
+// (streaming to peer on B) and another client of A (other, writing to
+// otherPeer on B).
+type killedClient struct {
+	cmd              *exec.Cmd
+	exited           chan struct{}
+	pid              int
+	peer             *e2eEnd
+	other, otherPeer *e2eEnd
+	progress         chan int
+	result           chan error
+	killed           time.Time
+}
+
+// The other client's transfer: chunks WRITEs of chunk bytes, one at a time.
+const killedChunk, killedChunks = 32 << 10, 32
+
+// startKilledClient connects the other client, starts the client process
+// (TestE2EChildClient), connects its peer on B and waits until it streams
+// and vrnicctl qp shows its QP.
+func startKilledClient(t *testing.T, n *e2eNet) *killedClient {
+	cb := e2eOpen(t, n.sockB, e2eB4, e2eB6)
+	k := &killedClient{peer: cb.end(verbs.QPTypeRC, nil, 1<<20)}
+	k.other = e2eOpen(t, n.sockA, e2eA4, e2eA6).end(verbs.QPTypeRC, nil, 1<<20)
+	k.otherPeer = cb.end(verbs.QPTypeRC, nil, 1<<20)
+	e2eConnect(t, k.other, k.otherPeer, e2eLink{})
+
+	k.cmd = exec.Command(os.Args[0], "-test.run=^TestE2EChildClient$")
+	k.cmd.Env = append(os.Environ(), e2eChildEnv+"="+n.sockA, "GORACE=atexit_sleep_ms=0")
+	stdin, err := k.cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	stdout, err := k.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	k.cmd.Stderr = &stderr
+	if err := k.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	k.exited = make(chan struct{})
+	go func() { _ = k.cmd.Wait(); close(k.exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // by PID: ours
-		<-exited
+		_ = k.cmd.Process.Kill() // by PID: ours
+		<-k.exited
 	})
 	lines := make(chan string, 16)
 	go func() {
@@ -134,84 +168,86 @@ func e2eKilledClient(t *testing.T, n *e2eNet) {
 	}
 	// Short timeout and few retries: the error comes in milliseconds.
 	quick := e2eLink{timeout: 10, retry: 2}
-	e2eConnectTo(t, peer, childQPN, verbs.GIDFromAddr(netip.MustParseAddr(e2eA4)), quick)
-	e2eToRTS(t, peer, quick)
-	fmt.Fprintf(stdin, "%d %d %d\n", peer.qp.QPN(), peer.mr.RKey(), peer.mr.Addr())
+	e2eConnectTo(t, k.peer, childQPN, verbs.GIDFromAddr(netip.MustParseAddr(e2eA4)), quick)
+	e2eToRTS(t, k.peer, quick)
+	fmt.Fprintf(stdin, "%d %d %d\n", k.peer.qp.QPN(), k.peer.mr.RKey(), k.peer.mr.Addr())
 	await("E2E STREAMING")
 
-	pid := cmd.Process.Pid
+	k.pid = k.cmd.Process.Pid
 	var theirs []jsonQPLine
 	for _, q := range n.e2eQPs(t, n.sockA) {
-		if q.PID == pid {
+		if q.PID == k.pid {
 			theirs = append(theirs, q)
 		}
 	}
-	if len(theirs) != 1 || theirs[0].QPN != childQPN || theirs[0].State != "RTS" || theirs[0].DestQPN != peer.qp.QPN() {
-		t.Fatalf("vrnicctl qp on A before the kill: QPs of pid %d %+v, want QP %#x in RTS", pid, theirs, childQPN)
+	if len(theirs) != 1 || theirs[0].QPN != childQPN || theirs[0].State != "RTS" || theirs[0].DestQPN != k.peer.qp.QPN() {
+		t.Fatalf("vrnicctl qp on A before the kill: QPs of pid %d %+v, want QP %#x in RTS", k.pid, theirs, childQPN)
 	}
+	return k
+}
 
-	// The other client's transfer, running across the kill.
-	const chunk, chunks = 32 << 10, 32
+// startOtherTransfer starts the other client's transfer, to run across the
+// kill, and waits for its first WRITEs to complete.
+func (k *killedClient) startOtherTransfer(t *testing.T) {
+	other, otherPeer := k.other, k.otherPeer
 	fill(other.buf.Bytes(), 7)
-	progress := make(chan int, chunks)
-	result := make(chan error, 1)
+	k.progress = make(chan int, killedChunks)
+	k.result = make(chan error, 1)
 	go func() {
-		defer close(progress)
+		defer close(k.progress)
 		wc := make([]verbs.WC, 1)
-		for i := range chunks {
-			off := uint64(i * chunk)
+		for i := range killedChunks {
+			off := uint64(i * killedChunk)
 			if err := other.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-				SGL: []verbs.SGE{other.mr.SGE(off, chunk)}, RemoteAddr: otherPeer.mr.Addr() + off, RKey: otherPeer.mr.RKey()}); err != nil {
-				result <- err
+				SGL: []verbs.SGE{other.mr.SGE(off, killedChunk)}, RemoteAddr: otherPeer.mr.Addr() + off, RKey: otherPeer.mr.RKey()}); err != nil {
+				k.result <- err
 				return
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for other.scq.Poll(wc) == 0 {
 				if time.Now().After(deadline) {
-					result <- fmt.Errorf("WRITE %d: no completion", i)
+					k.result <- fmt.Errorf("WRITE %d: no completion", i)
 					return
 				}
 				time.Sleep(50 * time.Microsecond)
 			}
 			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != uint64(i) {
-				result <- fmt.Errorf("WRITE %d: %+v", i, wc[0])
+				k.result <- fmt.Errorf("WRITE %d: %+v", i, wc[0])
 				return
 			}
-			progress <- i
+			k.progress <- i
 		}
-		result <- nil
+		k.result <- nil
 	}()
 	for range 4 {
-		if _, ok := <-progress; !ok {
-			t.Fatalf("other client's transfer: %v", <-result)
+		if _, ok := <-k.progress; !ok {
+			t.Fatalf("other client's transfer: %v", <-k.result)
 		}
 	}
+}
 
-	devA, _ := n.e2eStat(t, n.sockA)
-	killed := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	// Watched closely through the other client's connection (the list
-	// vrnicctl qp prints); a reply counts at the time it arrived.
+// objectsGone: the killed client's QPs leave A within 1 s, watched closely
+// through the other client's connection (the list vrnicctl qp prints); a
+// reply counts at the time it arrived.
+func (k *killedClient) objectsGone(t *testing.T, n *e2eNet) {
 	var gone time.Duration
 	for {
-		qs, err := other.c.d.ListQPs()
+		qs, err := k.other.c.d.ListQPs()
 		if err != nil {
 			t.Fatal(err)
 		}
 		left := 0
 		for _, q := range qs {
-			if q.Owner == pid {
+			if q.Owner == k.pid {
 				left++
 			}
 		}
 		if left == 0 {
-			gone = time.Since(killed)
+			gone = time.Since(k.killed)
 			break
 		}
-		if time.Since(killed) > time.Second {
-			t.Fatalf("%d QPs of the killed client (pid %d) still on A 1 s after SIGKILL", left, pid)
+		if time.Since(k.killed) > time.Second {
+			t.Fatalf("%d QPs of the killed client (pid %d) still on A 1 s after SIGKILL", left, k.pid)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -219,24 +255,32 @@ func e2eKilledClient(t *testing.T, n *e2eNet) {
 		t.Fatalf("the killed client's QPs were gone only %v after SIGKILL", gone)
 	}
 	for _, q := range n.e2eQPs(t, n.sockA) {
-		if q.PID == pid {
+		if q.PID == k.pid {
 			t.Fatalf("vrnicctl qp shows QP %+v of the killed client", q)
 		}
 	}
-	<-exited
+	<-k.exited
 	t.Logf("killed client's objects gone %v after SIGKILL", gone.Round(time.Millisecond))
+}
 
-	for range progress {
+// otherTransferCompletes: the other client's transfer ends whole.
+func (k *killedClient) otherTransferCompletes(t *testing.T) {
+	for range k.progress {
 	}
-	if err := <-result; err != nil {
+	if err := <-k.result; err != nil {
 		t.Fatalf("other client's transfer: %v", err)
 	}
-	if !bytes.Equal(otherPeer.buf.Bytes()[:chunk*chunks], other.buf.Bytes()[:chunk*chunks]) {
+	if !bytes.Equal(k.otherPeer.buf.Bytes()[:killedChunk*killedChunks], k.other.buf.Bytes()[:killedChunk*killedChunks]) {
 		t.Fatal("other client's data differs")
 	}
+}
 
-	// The peer: nothing completed, still RTS.
-	if k := peer.scq.Poll(make([]verbs.WC, 1)); k != 0 {
+// peerLearns: the dead client's peer has nothing completed and is still in
+// RTS; its READ then ends RETRY_EXC_ERR, the SEND behind it is flushed, and
+// A counts the packets it dropped since the kill (devA: its counters then).
+func (k *killedClient) peerLearns(t *testing.T, n *e2eNet, devA map[string]uint64) {
+	peer := k.peer
+	if c := peer.scq.Poll(make([]verbs.WC, 1)); c != 0 {
 		t.Fatalf("peer of the killed client has a completion before it sent anything")
 	}
 	if st := e2eQPState(t, n, n.sockB, peer.qp.QPN()); st != "RTS" {

@@ -19,7 +19,9 @@ import (
 // a second namespace: sd_notify, the ready line, ping over IPv4 and IPv6,
 // RoCEv2 frames reaching the receive path (counters and pcap), SIGHUP
 // (log level, a new address), the pcap read back by vrnicctl decode, and
-// SIGTERM (exit 0 within 2 s, TAP and socket gone, STOPPING=1).
+// SIGTERM (exit 0 within 2 s, TAP and socket gone, STOPPING=1). Each stage
+// is a subtest, so that one failing does not hide the next ones; only the
+// start and the exit, which the rest stands on, end the test.
 func TestTAPDaemon(t *testing.T) {
 	linktest.RequireRoot(t)
 	_, vrnicctl := binaries(t)
@@ -39,7 +41,7 @@ func TestTAPDaemon(t *testing.T) {
 	pcap := filepath.Join(dir, "roce.pcap")
 	cfg := filepath.Join(dir, "vrnicd.toml")
 	extra := ""
-	writeConfig := func(level string, ips ...string) {
+	writeConfig := func(t *testing.T, level string, ips ...string) {
 		q := make([]string, len(ips))
 		for i, ip := range ips {
 			q[i] = `"` + ip + `"`
@@ -49,11 +51,94 @@ func TestTAPDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeConfig("info", "192.0.2.10/24", "2001:db8::10/64")
+	writeConfig(t, "info", "192.0.2.10/24", "2001:db8::10/64")
 	notify := newNotifySocket(t)
 
 	d := startDaemon(t, nsD, []string{"NOTIFY_SOCKET=" + notify.path}, "--config", cfg, "--socket", sock, "--pcap", pcap)
 
+	if !t.Run("ready", func(t *testing.T) {
+		tapReady(t, d, notify, nsD, tap, br, sock)
+	}) {
+		return
+	}
+	t.Run("ping", func(t *testing.T) {
+		for _, a := range []string{"192.0.2.10", "2001:db8::10"} {
+			if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", a); err != nil {
+				t.Fatalf("ping %s: %v\n%s", a, err, out)
+			}
+		}
+	})
+	p := newPeer(t, nsP, vp)
+	t.Run("roce", func(t *testing.T) { tapRoCE(t, d, p, pcap) })
+	t.Run("sighup", func(t *testing.T) {
+		// SIGHUP: the log level and a new address come from the file. A
+		// client's failed request is logged at debug level.
+		// (The client is gone before the reload: verbsock/server has a data
+		// race between its hello and the GID-change event the reload sends.)
+		badRequest := func() {
+			client, err := verbs.Open(sock)
+			if err != nil {
+				t.Fatalf("client: %v", err)
+			}
+			defer client.Close()
+			if _, err := client.QueryGID(1, 5000); err == nil {
+				t.Fatal("QueryGID of index 5000 succeeded")
+			}
+		}
+		from := d.log.Len()
+		badRequest()
+		d.log.waitRecord(t, from, "verbsock client disconnected", 5*time.Second)
+		d.counters() // records are written in order: any debug record is in by now
+		if strings.Contains(d.log.String(), `"level":"DEBUG"`) {
+			t.Fatal("debug records at log level info")
+		}
+		from = d.log.Len()
+		// A bad file changes nothing.
+		extra = "mtu = \"big\"\n"
+		writeConfig(t, "debug", "192.0.2.10/24")
+		d.signal(syscall.SIGHUP)
+		if r, _ := d.log.waitRecord(t, from, "reload failed; the running configuration stays", 5*time.Second); !strings.Contains(recordString(r, "err"), "mtu (line 4)") {
+			t.Fatalf("reload error %v", r)
+		}
+		for _, want := range []string{"RELOADING=1", "READY=1"} {
+			if m := notify.next(t, 5*time.Second); m != want {
+				t.Fatalf("reload notification %q, want %s", m, want)
+			}
+		}
+		// The pcap is rotated away (logrotate's create mode) at the same time;
+		// the MTU cannot change while running, and says so.
+		from = d.log.Len()
+		extra = "mtu = 9000\n"
+		writeConfig(t, "debug", "192.0.2.10/24", "192.0.2.11/24", "2001:db8::10/64")
+		if err := os.Rename(pcap, pcap+".1"); err != nil {
+			t.Fatal(err)
+		}
+		d.signal(syscall.SIGHUP)
+		tapReloaded(t, d, from, pcap)
+		p.sendRC(t, netip.MustParseAddr("192.0.2.11"), 0x11, 2)
+		for _, want := range []string{"RELOADING=1", "READY=1"} {
+			if m := notify.next(t, 5*time.Second); m != want {
+				t.Fatalf("reload notification %q, want %s", m, want)
+			}
+		}
+		if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", "192.0.2.11"); err != nil {
+			t.Fatalf("ping the address added by SIGHUP: %v\n%s", err, out)
+		}
+		from = d.log.Len()
+		badRequest()
+		if r, _ := d.log.waitRecord(t, from, "verbsock request failed", 5*time.Second); r["level"] != "DEBUG" {
+			t.Fatalf("record %v", r)
+		}
+	})
+	if !t.Run("sigterm", func(t *testing.T) { tapSIGTERM(t, d, notify, nsD, tap, sock) }) {
+		return
+	}
+	t.Run("pcaps", func(t *testing.T) { tapPcaps(t, vrnicctl, pcap) })
+}
+
+// tapReady checks TestTAPDaemon's start: READY=1 once the socket is there,
+// the ready line, the TAP (then put on the bridge).
+func tapReady(t *testing.T, d *daemonProc, notify *notifySocket, nsD *linktest.NS, tap, br, sock string) {
 	// READY=1 only once the socket is there.
 	if m := notify.next(t, 5*time.Second); m != "READY=1" {
 		t.Fatalf("first notification %q, want READY=1", m)
@@ -76,16 +161,12 @@ func TestTAPDaemon(t *testing.T) {
 		t.Fatal("no TAP")
 	}
 	nsD.Exec(t, "ip", "link", "set", tap, "master", br)
+}
 
-	for _, a := range []string{"192.0.2.10", "2001:db8::10"} {
-		if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", a); err != nil {
-			t.Fatalf("ping %s: %v\n%s", a, err, out)
-		}
-	}
-
-	// RoCEv2 to the daemon: no QP 0x11 exists, so each one reaches the
-	// device and is dropped there, counted.
-	p := newPeer(t, nsP, vp)
+// tapRoCE sends RoCEv2 to the daemon: no QP 0x11 exists, so each one
+// reaches the device and is dropped there, counted; the pcap is flushed
+// while the daemon runs.
+func tapRoCE(t *testing.T, d *daemonProc, p *peer, pcap string) {
 	p.sendRC(t, netip.MustParseAddr("192.0.2.10"), 0x11, 5)
 	p.sendRC(t, netip.MustParseAddr("2001:db8::10"), 0x11, 3)
 	var ns, dev map[string]float64
@@ -103,50 +184,11 @@ func TestTAPDaemon(t *testing.T) {
 	if !waitUntil(3*time.Second, func() bool { nFrames, _ = countPcap(pcap); return nFrames >= 8 }) {
 		t.Fatalf("pcap has %d frames while running, want ≥ 8", nFrames)
 	}
+}
 
-	// SIGHUP: the log level and a new address come from the file. A
-	// client's failed request is logged at debug level.
-	// (The client is gone before the reload: verbsock/server has a data
-	// race between its hello and the GID-change event the reload sends.)
-	badRequest := func() {
-		client, err := verbs.Open(sock)
-		if err != nil {
-			t.Fatalf("client: %v", err)
-		}
-		defer client.Close()
-		if _, err := client.QueryGID(1, 5000); err == nil {
-			t.Fatal("QueryGID of index 5000 succeeded")
-		}
-	}
-	from := d.log.Len()
-	badRequest()
-	d.log.waitRecord(t, from, "verbsock client disconnected", 5*time.Second)
-	d.counters() // records are written in order: any debug record is in by now
-	if strings.Contains(d.log.String(), `"level":"DEBUG"`) {
-		t.Fatal("debug records at log level info")
-	}
-	from = d.log.Len()
-	// A bad file changes nothing.
-	extra = "mtu = \"big\"\n"
-	writeConfig("debug", "192.0.2.10/24")
-	d.signal(syscall.SIGHUP)
-	if r, _ := d.log.waitRecord(t, from, "reload failed; the running configuration stays", 5*time.Second); !strings.Contains(recordString(r, "err"), "mtu (line 4)") {
-		t.Fatalf("reload error %v", r)
-	}
-	for _, want := range []string{"RELOADING=1", "READY=1"} {
-		if m := notify.next(t, 5*time.Second); m != want {
-			t.Fatalf("reload notification %q, want %s", m, want)
-		}
-	}
-	// The pcap is rotated away (logrotate's create mode) at the same time;
-	// the MTU cannot change while running, and says so.
-	from = d.log.Len()
-	extra = "mtu = 9000\n"
-	writeConfig("debug", "192.0.2.10/24", "192.0.2.11/24", "2001:db8::10/64")
-	if err := os.Rename(pcap, pcap+".1"); err != nil {
-		t.Fatal(err)
-	}
-	d.signal(syscall.SIGHUP)
+// tapReloaded checks the second reload's summary, and the log record of
+// the restart-only MTU change.
+func tapReloaded(t *testing.T, d *daemonProc, from int, pcap string) {
 	rr, _ := d.log.waitRecord(t, from, "reloaded", 5*time.Second)
 	applied := recordString(rr, "applied")
 	if !hasField(applied, "log_level=debug") || !hasField(applied, "ip") || !hasField(applied, "pcap="+pcap) {
@@ -158,21 +200,10 @@ func TestTAPDaemon(t *testing.T) {
 	if rr["mtu"] != 1500.0 {
 		t.Fatalf("after reload the summary says MTU %v", rr["mtu"])
 	}
-	p.sendRC(t, netip.MustParseAddr("192.0.2.11"), 0x11, 2)
-	for _, want := range []string{"RELOADING=1", "READY=1"} {
-		if m := notify.next(t, 5*time.Second); m != want {
-			t.Fatalf("reload notification %q, want %s", m, want)
-		}
-	}
-	if out, err := nsP.TryExec("ping", "-c", "1", "-W", "3", "192.0.2.11"); err != nil {
-		t.Fatalf("ping the address added by SIGHUP: %v\n%s", err, out)
-	}
-	from = d.log.Len()
-	badRequest()
-	if r, _ := d.log.waitRecord(t, from, "verbsock request failed", 5*time.Second); r["level"] != "DEBUG" {
-		t.Fatalf("record %v", r)
-	}
+}
 
+// tapSIGTERM: exit 0, TAP and socket gone, STOPPING=1.
+func tapSIGTERM(t *testing.T, d *daemonProc, notify *notifySocket, nsD *linktest.NS, tap, sock string) {
 	// SIGTERM.
 	t0 := time.Now()
 	d.signal(syscall.SIGTERM)
@@ -194,9 +225,11 @@ func TestTAPDaemon(t *testing.T) {
 	if m := notify.next(t, time.Second); m != "STOPPING=1" {
 		t.Errorf("shutdown notification %q, want STOPPING=1", m)
 	}
+}
 
-	// Every frame of both pcaps decodes, with a good ICRC: 8 before the
-	// rotation, 2 (to the new address) after.
+// tapPcaps: every frame of both pcaps decodes, with a good ICRC: 8 before
+// the rotation, 2 (to the new address) after.
+func tapPcaps(t *testing.T, vrnicctl, pcap string) {
 	var lines []string
 	for _, f := range []struct {
 		path string

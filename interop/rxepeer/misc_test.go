@@ -64,18 +64,3 @@ func TestNetemArgs(t *testing.T) {
 		}
 	}
 }
-
-func TestInetChecksum(t *testing.T) {
-	// RFC 1071's example: the sum of these words is 0xddf2.
-	b := []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}
-	if got := inetChecksum(b); got != ^uint16(0xddf2) {
-		t.Errorf("checksum %#04x, want %#04x", got, ^uint16(0xddf2))
-	}
-	// A packet carrying its checksum sums to zero.
-	b = append(b, 0, 0)
-	c := inetChecksum(b)
-	b[8], b[9] = byte(c>>8), byte(c)
-	if got := inetChecksum(b); got != 0 {
-		t.Errorf("checksum over a checksummed packet %#04x, want 0", got)
-	}
-}

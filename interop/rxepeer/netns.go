@@ -2,25 +2,25 @@ package rxepeer
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/transport/wire"
 )
 
-// Netns is a network namespace made for one test (ip netns add), deleted
-// by t.Cleanup. Everything the interop tests send stays inside it.
+// Netns is a network namespace made for one test by linktest.NewNS (name,
+// Do, deleted by t.Cleanup), with the bridge, TAP and veth plumbing the
+// guests need. Everything the interop tests send stays inside it.
 type Netns struct {
-	Name     string
+	*linktest.NS
 	Bridge   string       // the first bridge AddBridge made; "" if none
 	HostAddr netip.Prefix // that bridge's address; invalid if it has none
 }
@@ -30,18 +30,7 @@ type Netns struct {
 func NewNetns(t testing.TB) *Netns {
 	t.Helper()
 	requireRoot(t)
-	n := &Netns{Name: fmt.Sprintf("vrn%d-%d", os.Getpid(), seq.Add(1))}
-	if out, err := command(context.Background(), "ip", "netns", "add", n.Name); err != nil {
-		t.Fatalf("rxepeer: ip netns add %s: %v: %s", n.Name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := command(context.Background(), "ip", "netns", "del", n.Name); err != nil {
-			t.Errorf("rxepeer: ip netns del %s: %v: %s", n.Name, err, out)
-		}
-	})
-	if err := n.IP("link", "set", "lo", "up"); err != nil {
-		t.Fatal(err)
-	}
+	n := &Netns{NS: linktest.NewNS(t, "vrn")}
 	// No IPv6 DAD delays on the links made here later.
 	if err := n.Sysctl("net/ipv6/conf/default/accept_dad", "0"); err != nil {
 		t.Fatal(err)
@@ -155,30 +144,6 @@ func (n *Netns) Sysctl(key, value string) error {
 	})
 }
 
-// Do runs f on an OS thread that has joined the namespace. Sockets (and TAP
-// file descriptors) f creates belong to the namespace for their whole life
-// and may be used from any goroutine afterwards. The thread is never
-// returned to the Go scheduler: it exits with the goroutine.
-func (n *Netns) Do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // no Unlock: the thread dies with us
-		fd, err := unix.Open("/run/netns/"+n.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("rxepeer: netns %s: %w", n.Name, err)
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("rxepeer: setns %s: %w", n.Name, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 // Netem is a tc netem setting for one device's egress (for a bridge port:
 // what the bridge sends into it, e.g. towards a guest).
 type Netem struct {
@@ -272,8 +237,11 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 	buf := make([]byte, 1500)
 	to := &net.IPAddr{IP: dst.AsSlice()}
 	for seqNo := uint16(1); ; seqNo++ {
-		req := []byte{8, 0, 0, 0, byte(id >> 8), byte(id), byte(seqNo >> 8), byte(seqNo), 'v', 'r', 'n', 'i', 'c', 'd'}
-		binary.BigEndian.PutUint16(req[2:], inetChecksum(req))
+		req := wire.ICMPv4(append(make([]byte, wire.ICMPHeaderLen), "vrnicd"...))
+		req.SetType(wire.ICMPv4EchoRequest)
+		req.SetIdent(id)
+		req.SetSeq(seqNo)
+		req.UpdateChecksum()
 		sent := time.Now()
 		if _, err := c.WriteTo(req, to); err != nil {
 			return 0, fmt.Errorf("rxepeer: ping %v: %w", dst, err)
@@ -288,9 +256,9 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 			if err != nil {
 				break // this round timed out
 			}
-			b := buf[:m]
-			if ip, ok := from.(*net.IPAddr); ok && ip.IP.Equal(to.IP) && len(b) >= 8 && b[0] == 0 &&
-				binary.BigEndian.Uint16(b[4:]) == id && binary.BigEndian.Uint16(b[6:]) == seqNo {
+			b := wire.ICMPv4(buf[:m])
+			if ip, ok := from.(*net.IPAddr); ok && ip.IP.Equal(to.IP) && len(b) >= wire.ICMPHeaderLen &&
+				b.Type() == wire.ICMPv4EchoReply && b.Ident() == id && b.Seq() == seqNo {
 				return time.Since(sent), nil
 			}
 		}
@@ -298,21 +266,6 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 			return 0, fmt.Errorf("rxepeer: no echo reply from %v in namespace %s: %w", dst, n.Name, ctx.Err())
 		}
 	}
-}
-
-// inetChecksum is the RFC 1071 Internet checksum.
-func inetChecksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
 }
 
 // command runs a program with a 60 s limit and returns its combined output.

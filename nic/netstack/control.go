@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // Control plane of TAP mode: ARP, IPv6 neighbour discovery, echo.
@@ -74,137 +75,135 @@ func (s *Stack) arpInput(f []byte) {
 
 // icmp4Input answers echo requests in place.
 func (s *Stack) icmp4Input(f, ip []byte, ihl int) {
-	m := ip[ihl:]
-	if len(m) < 8 {
+	m := wire.ICMPv4(ip[ihl:])
+	if len(m) < wire.ICMPHeaderLen {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	if Checksum(m) != 0 {
+	if wire.Checksum(m) != 0 {
 		s.ctr.BadICMPChecksum.Add(1)
 		return
 	}
-	if m[0] != 8 || m[1] != 0 {
+	if m.Type() != wire.ICMPv4EchoRequest || m.Code() != 0 {
 		s.ctr.NonRoCE.Add(1)
 		return
 	}
-	m[0] = 0
-	m[2], m[3] = 0, 0
-	be.PutUint16(m[2:], Checksum(m))
-	var a [4]byte
-	copy(a[:], ip[12:16])
-	copy(ip[12:16], ip[16:20])
-	copy(ip[16:20], a[:])
-	ip[8] = 64
-	ip[10], ip[11] = 0, 0
-	be.PutUint16(ip[10:], Checksum(ip[:ihl]))
+	m.SetType(wire.ICMPv4EchoReply)
+	m.UpdateChecksum()
+	h := wire.IPv4(ip)
+	src, dst := h.Src(), h.Dst()
+	h.SetSrc(dst.As4())
+	h.SetDst(src.As4())
+	h.SetTTL(64)
+	h.UpdateChecksum()
 	s.ethHeader(f, [6]byte(f[6:12]), 0x0800)
 	s.write(f)
 	s.ctr.EchoReplies.Add(1)
 }
 
-// ndOption finds a link-layer address option (1 source, 2 target) in ND
-// options; bad is set for a zero-length option (RFC 4861 says drop).
-func ndOption(opts []byte, typ byte) (mac [6]byte, found, bad bool) {
-	for len(opts) > 0 {
-		if len(opts) < 2 || opts[1] == 0 || int(opts[1])*8 > len(opts) {
-			return mac, false, true
-		}
-		l := int(opts[1]) * 8
-		if opts[0] == typ && l >= 8 {
-			copy(mac[:], opts[2:8])
-			found = true
-		}
-		opts = opts[l:]
-	}
-	return mac, found, false
-}
-
 // icmp6Input handles echo, NS and NA. mine says dst is one of our unicast
 // addresses (else it is multicast).
 func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
-	m := ip[40:]
+	h := wire.IPv6(ip)
+	m := wire.ICMPv6(ip[wire.IPv6HeaderLen:])
 	if len(m) < 4 {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	if l4Checksum(src, dst, 58, m) != 0 {
+	if !m.ChecksumValid(src, dst) {
 		s.ctr.BadICMPChecksum.Add(1)
 		return
 	}
-	set := s.addrs.Load()
-	switch m[0] {
-	case 128: // echo request
-		if !mine || m[1] != 0 || len(m) < 8 {
+	switch m.Type() {
+	case wire.ICMPv6EchoRequest:
+		if !mine || m.Code() != 0 || len(m) < wire.ICMPHeaderLen {
 			s.ctr.NonRoCE.Add(1)
 			return
 		}
-		m[0] = 129
-		copy(ip[8:24], ip[24:40])
-		s16 := src.As16()
-		copy(ip[24:40], s16[:])
-		ip[7] = 64
-		m[2], m[3] = 0, 0
-		be.PutUint16(m[2:], l4Checksum(dst, src, 58, m))
+		m.SetType(wire.ICMPv6EchoReply)
+		h.SetSrc(dst.As16())
+		h.SetDst(src.As16())
+		h.SetHopLimit(64)
+		m.UpdateChecksum(dst, src)
 		s.ethHeader(f, [6]byte(f[6:12]), 0x86dd)
 		s.write(f)
 		s.ctr.EchoReplies.Add(1)
-	case 135: // neighbour solicitation
-		if ip[7] != 255 || m[1] != 0 || len(m) < 24 {
-			s.ctr.Malformed.Add(1)
-			return
-		}
-		target := netip.AddrFrom16([16]byte(m[8:24]))
-		if target.IsMulticast() {
-			s.ctr.Malformed.Add(1)
-			return
-		}
-		if !set.has(target) {
-			s.ctr.NonRoCE.Add(1)
-			return
-		}
-		sll, hasSLL, bad := ndOption(m[24:], 1)
-		if bad || (hasSLL && sll[0]&1 != 0) {
-			s.ctr.Malformed.Add(1)
-			return
-		}
-		s.ctr.NDSolicitsIn.Add(1)
-		if src.IsUnspecified() {
-			// Duplicate address detection by another node: defend.
-			if dst != solicitedNode(target) || hasSLL {
-				s.ctr.Malformed.Add(1)
-				return
-			}
-			s.sendNA(target, allNodes, multicastMAC(allNodes), false)
-			return
-		}
-		to := [6]byte(f[6:12])
-		if hasSLL {
-			to = sll
-			s.neigh.setState(src, sll, nStale, true)
-		}
-		s.sendNA(target, src, to, true)
-	case 136: // neighbour advertisement
-		if ip[7] != 255 || m[1] != 0 || len(m) < 24 {
-			s.ctr.Malformed.Add(1)
-			return
-		}
-		target := netip.AddrFrom16([16]byte(m[8:24]))
-		tll, hasTLL, bad := ndOption(m[24:], 2)
-		if bad || target.IsMulticast() {
-			s.ctr.Malformed.Add(1)
-			return
-		}
-		s.ctr.NDAdvertsIn.Add(1)
-		if !hasTLL || tll[0]&1 != 0 || set.has(target) {
-			return
-		}
-		if m[4]&0x40 != 0 { // solicited: reachability confirmed
-			s.neigh.confirm(target, tll, false)
-		} else {
-			s.neigh.setState(target, tll, nStale, false)
-		}
+	case wire.ICMPv6NeighborSolicit:
+		s.nsInput(f, h, m, src, dst)
+	case wire.ICMPv6NeighborAdvert:
+		s.naInput(h, m)
 	default:
 		s.ctr.NonRoCE.Add(1)
+	}
+}
+
+// ndValid checks what RFC 4861 §7.1 requires of every NS and NA: hop limit
+// 255 (so it came from the link), code 0, room for the target.
+func ndValid(h wire.IPv6, m wire.ICMPv6) bool {
+	return h.HopLimit() == 255 && m.Code() == 0 && len(m) >= wire.NDHeaderLen
+}
+
+// nsInput answers a neighbour solicitation for one of our addresses
+// (RFC 4861 §7.2.3), learning the sender's MAC when it gives one, and
+// defends an address another node probes for (duplicate address detection).
+func (s *Stack) nsInput(f []byte, h wire.IPv6, m wire.ICMPv6, src, dst netip.Addr) {
+	if !ndValid(h, m) {
+		s.ctr.Malformed.Add(1)
+		return
+	}
+	target := m.Target()
+	if target.IsMulticast() {
+		s.ctr.Malformed.Add(1)
+		return
+	}
+	if !s.addrs.Load().has(target) {
+		s.ctr.NonRoCE.Add(1)
+		return
+	}
+	sll, hasSLL, bad := wire.NDLinkAddr(m.NDOptions(), wire.NDOptSourceLinkAddr)
+	if bad || (hasSLL && sll[0]&1 != 0) {
+		s.ctr.Malformed.Add(1)
+		return
+	}
+	s.ctr.NDSolicitsIn.Add(1)
+	if src.IsUnspecified() {
+		// Duplicate address detection by another node: defend.
+		if dst != solicitedNode(target) || hasSLL {
+			s.ctr.Malformed.Add(1)
+			return
+		}
+		s.sendNA(target, allNodes, multicastMAC(allNodes), false)
+		return
+	}
+	to := [6]byte(f[6:12])
+	if hasSLL {
+		to = sll
+		s.neigh.setState(src, sll, nStale, true)
+	}
+	s.sendNA(target, src, to, true)
+}
+
+// naInput learns a neighbour's MAC from its advertisement (RFC 4861
+// §7.2.5): reachable if solicited, else stale.
+func (s *Stack) naInput(h wire.IPv6, m wire.ICMPv6) {
+	if !ndValid(h, m) {
+		s.ctr.Malformed.Add(1)
+		return
+	}
+	target := m.Target()
+	tll, hasTLL, bad := wire.NDLinkAddr(m.NDOptions(), wire.NDOptTargetLinkAddr)
+	if bad || target.IsMulticast() {
+		s.ctr.Malformed.Add(1)
+		return
+	}
+	s.ctr.NDAdvertsIn.Add(1)
+	if !hasTLL || tll[0]&1 != 0 || s.addrs.Load().has(target) {
+		return
+	}
+	if m.NAFlags()&wire.NASolicited != 0 { // reachability confirmed
+		s.neigh.confirm(target, tll, false)
+	} else {
+		s.neigh.setState(target, tll, nStale, false)
 	}
 }
 
@@ -217,34 +216,32 @@ func solicitedNode(a netip.Addr) netip.Addr {
 
 // icmp6Frame builds an Ethernet+IPv6 frame around an ICMPv6 message of
 // length n (hop limit 255, for ND) and returns it and the message slice.
-func (s *Stack) icmp6Frame(src, dst netip.Addr, mac [6]byte, n int) ([]byte, []byte) {
-	f := make([]byte, max(link.EthernetHeaderLen+40+n, minFrame))
+func (s *Stack) icmp6Frame(src, dst netip.Addr, mac [6]byte, n int) ([]byte, wire.ICMPv6) {
+	f := make([]byte, max(link.EthernetHeaderLen+wire.IPv6HeaderLen+n, minFrame))
 	s.ethHeader(f, mac, 0x86dd)
 	ip := f[link.EthernetHeaderLen:]
-	ip[0] = 0x60
-	be.PutUint16(ip[4:], uint16(n))
-	ip[6] = 58
-	ip[7] = 255
-	a, b := src.As16(), dst.As16()
-	copy(ip[8:24], a[:])
-	copy(ip[24:40], b[:])
-	return f[:link.EthernetHeaderLen+40+n], ip[40 : 40+n]
+	wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(n), NextHeader: wire.IPProtoICMPv6, HopLimit: 255,
+		Src: src.As16(), Dst: dst.As16()})
+	return f[:link.EthernetHeaderLen+wire.IPv6HeaderLen+n], wire.ICMPv6(ip[wire.IPv6HeaderLen : wire.IPv6HeaderLen+n])
 }
+
+// ndLen is the length of the NS and NA this stack sends: the message and
+// one link-layer address option.
+const ndLen = wire.NDHeaderLen + 8
 
 // sendNA advertises target (ours) to dst with our MAC as the target
 // link-layer address, override set.
 func (s *Stack) sendNA(target, dst netip.Addr, mac [6]byte, solicited bool) {
-	f, m := s.icmp6Frame(target, dst, mac, 32)
-	m[0] = 136
-	m[4] = 0x20 // O
+	f, m := s.icmp6Frame(target, dst, mac, ndLen)
+	m.SetType(wire.ICMPv6NeighborAdvert)
+	flags := uint8(wire.NAOverride)
 	if solicited {
-		m[4] |= 0x40 // S
+		flags |= wire.NASolicited
 	}
-	t := target.As16()
-	copy(m[8:24], t[:])
-	m[24], m[25] = 2, 1
-	copy(m[26:32], s.mac[:])
-	be.PutUint16(m[2:], l4Checksum(target, dst, 58, m))
+	m.SetNAFlags(flags)
+	m.SetTarget(target.As16())
+	wire.PutNDLinkAddr(m.NDOptions(), wire.NDOptTargetLinkAddr, s.mac)
+	m.UpdateChecksum(target, dst)
 	s.write(f)
 	s.ctr.NDAdvertsOut.Add(1)
 }
@@ -272,13 +269,11 @@ func (s *Stack) sendSolicit(p probe) {
 	if p.unicast {
 		dst, mac = p.ip, p.mac
 	}
-	f, m := s.icmp6Frame(src, dst, mac, 32)
-	m[0] = 135
-	t := p.ip.As16()
-	copy(m[8:24], t[:])
-	m[24], m[25] = 1, 1
-	copy(m[26:32], s.mac[:])
-	be.PutUint16(m[2:], l4Checksum(src, dst, 58, m))
+	f, m := s.icmp6Frame(src, dst, mac, ndLen)
+	m.SetType(wire.ICMPv6NeighborSolicit)
+	m.SetTarget(p.ip.As16())
+	wire.PutNDLinkAddr(m.NDOptions(), wire.NDOptSourceLinkAddr, s.mac)
+	m.UpdateChecksum(src, dst)
 	s.write(f)
 	s.ctr.NDSolicitsOut.Add(1)
 }

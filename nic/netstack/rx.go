@@ -62,24 +62,23 @@ func (s *Stack) input(f []byte) (RxPacket, bool) {
 }
 
 func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
-	ip := f[link.EthernetHeaderLen:]
-	if len(ip) < 20 || ip[0]>>4 != 4 {
+	ip := wire.IPv4(f[link.EthernetHeaderLen:])
+	if len(ip) < wire.IPv4HeaderLen || ip.Version() != 4 {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
-	ihl := int(ip[0]&0x0f) * 4
-	tot := int(be.Uint16(ip[2:]))
-	if ihl < 20 || tot < ihl || tot > len(ip) {
+	ihl := ip.HeaderLen()
+	tot := int(ip.TotalLen())
+	if ihl < wire.IPv4HeaderLen || tot < ihl || tot > len(ip) {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
 	ip = ip[:tot] // drop Ethernet padding
-	if Checksum(ip[:ihl]) != 0 {
+	if !ip.ChecksumValid() {
 		s.ctr.BadIPChecksum.Add(1)
 		return RxPacket{}, false
 	}
-	src := netip.AddrFrom4([4]byte(ip[12:16]))
-	dst := netip.AddrFrom4([4]byte(ip[16:20]))
+	src, dst := ip.Src(), ip.Dst()
 	if !s.addrs.Load().has(dst) {
 		if dst.IsMulticast() || dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 			s.ctr.NonRoCE.Add(1)
@@ -88,19 +87,19 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 		}
 		return RxPacket{}, false
 	}
-	if be.Uint16(ip[6:])&0x3fff != 0 {
+	if ip.Flags()&(wire.IPv4MoreFragments|wire.IPv4FragOffset) != 0 {
 		s.ctr.Fragments.Add(1)
 		return RxPacket{}, false
 	}
-	switch ip[9] {
-	case 17:
+	switch ip.Protocol() {
+	case wire.IPProtoUDP:
 		if ihl != wire.IPv4HeaderLen {
 			// The ICRC cannot cover options; rxe never sends them.
 			s.ctr.Malformed.Add(1)
 			return RxPacket{}, false
 		}
-		return s.udpInput(f[:link.EthernetHeaderLen+tot], ip, ihl, src, dst, ip[1], ip[8], 0)
-	case 1:
+		return s.udpInput(f[:link.EthernetHeaderLen+tot], ip, ihl, src, dst, ip.TOS(), ip.TTL(), 0)
+	case wire.IPProtoICMP:
 		if s.cfg.Mode == ModeTAP {
 			s.icmp4Input(f[:link.EthernetHeaderLen+tot], ip, ihl)
 			return RxPacket{}, false
@@ -111,28 +110,26 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 }
 
 func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
-	ip := f[link.EthernetHeaderLen:]
-	if len(ip) < 40 || ip[0]>>4 != 6 {
+	ip := wire.IPv6(f[link.EthernetHeaderLen:])
+	if len(ip) < wire.IPv6HeaderLen || ip.Version() != 6 {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
-	plen := int(be.Uint16(ip[4:]))
-	if 40+plen > len(ip) {
+	plen := int(ip.PayloadLen())
+	if wire.IPv6HeaderLen+plen > len(ip) {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
-	ip = ip[:40+plen]
+	ip = ip[:wire.IPv6HeaderLen+plen]
 	f = f[:link.EthernetHeaderLen+len(ip)]
-	src := netip.AddrFrom16([16]byte(ip[8:24]))
-	dst := netip.AddrFrom16([16]byte(ip[24:40]))
+	src, dst := ip.Src(), ip.Dst()
 	mine := s.addrs.Load().has(dst)
-	w := be.Uint32(ip[0:])
-	switch ip[6] {
-	case 17:
+	switch ip.NextHeader() {
+	case wire.IPProtoUDP:
 		if mine {
-			return s.udpInput(f, ip, 40, src, dst, uint8(w>>20), ip[7], w&0xfffff)
+			return s.udpInput(f, ip, wire.IPv6HeaderLen, src, dst, ip.TrafficClass(), ip.HopLimit(), ip.FlowLabel())
 		}
-	case 58:
+	case wire.IPProtoICMPv6:
 		if s.cfg.Mode == ModeTAP && (mine || dst.IsMulticast()) {
 			s.icmp6Input(f, ip, src, dst, mine)
 			return RxPacket{}, false
@@ -149,12 +146,12 @@ func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
 // udpInput checks a UDP datagram to one of our addresses and returns it if
 // it is a good RoCEv2 packet. ip ends where the datagram ends.
 func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uint8, flow uint32) (RxPacket, bool) {
-	udp := ip[ihl:]
-	if len(udp) < wire.UDPHeaderLen || int(be.Uint16(udp[4:])) != len(udp) {
+	udp := wire.UDP(ip[ihl:])
+	if len(udp) < wire.UDPHeaderLen || int(udp.Length()) != len(udp) {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
-	if be.Uint16(udp[2:]) != RoCEPort {
+	if udp.DstPort() != RoCEPort {
 		s.ctr.NonRoCE.Add(1)
 		return RxPacket{}, false
 	}
@@ -163,7 +160,7 @@ func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uin
 	}
 	// A zero checksum means none (IPv4; IPv6 too, as rxe's tunnel socket
 	// sets no_check6_rx).
-	if be.Uint16(udp[6:]) != 0 && l4Checksum(src, dst, 17, udp) != 0 {
+	if udp.Checksum() != 0 && wire.L4Checksum(src, dst, wire.IPProtoUDP, udp) != 0 {
 		s.ctr.BadUDPChecksum.Add(1)
 		return RxPacket{}, false
 	}
@@ -182,7 +179,7 @@ func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uin
 		Transport:    udp[wire.UDPHeaderLen:],
 		Src:          src,
 		Dst:          dst,
-		SrcPort:      be.Uint16(udp[0:]),
+		SrcPort:      udp.SrcPort(),
 		TrafficClass: tc,
 		HopLimit:     hop,
 		FlowLabel:    flow,

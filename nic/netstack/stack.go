@@ -115,8 +115,9 @@ func (s *addrSet) has(a netip.Addr) bool {
 	return false
 }
 
-// first returns the first address of a's family, preferring a global
-// IPv6 source unless dst is link-local.
+// source returns the first of our addresses in dst's family to send to dst
+// from: for IPv6, one of the same scope (link-local or not) as dst, else
+// the first of the other scope.
 func (s *addrSet) source(dst netip.Addr) (netip.Addr, bool) {
 	var ll netip.Addr
 	for _, x := range s.list {

@@ -207,41 +207,21 @@ func (s *Stack) build(p *TxPacket, set *addrSet) ([]byte, error) {
 	ip := f[link.EthernetHeaderLen:]
 	if dst.Is4() {
 		binary.BigEndian.PutUint16(f[12:], 0x0800)
-		ip[0] = 0x45
-		ip[1] = d.TrafficClass
-		binary.BigEndian.PutUint16(ip[2:], uint16(ipTotal))
-		binary.BigEndian.PutUint32(ip[4:], 0x4000) // ID 0, DF
-		ip[8] = hop
-		ip[9] = 17
-		ip[10], ip[11] = 0, 0
-		a, b := src.As4(), dst.As4()
-		copy(ip[12:16], a[:])
-		copy(ip[16:20], b[:])
-		binary.BigEndian.PutUint16(ip[10:], Checksum(ip[:20]))
+		wire.IPv4(ip).Encode(&wire.IPv4Fields{TOS: d.TrafficClass, TotalLen: uint16(ipTotal),
+			Flags: wire.IPv4DontFragment, TTL: hop, Protocol: wire.IPProtoUDP, Src: src.As4(), Dst: dst.As4()})
 	} else {
 		binary.BigEndian.PutUint16(f[12:], 0x86dd)
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(d.TrafficClass)<<20|d.FlowLabel&0xfffff)
-		binary.BigEndian.PutUint16(ip[4:], uint16(wire.UDPHeaderLen+len(tp)))
-		ip[6] = 17
-		ip[7] = hop
-		a, b := src.As16(), dst.As16()
-		copy(ip[8:24], a[:])
-		copy(ip[24:40], b[:])
+		wire.IPv6(ip).Encode(&wire.IPv6Fields{TrafficClass: d.TrafficClass, FlowLabel: d.FlowLabel,
+			PayloadLen: uint16(wire.UDPHeaderLen + len(tp)), NextHeader: wire.IPProtoUDP, HopLimit: hop,
+			Src: src.As16(), Dst: dst.As16()})
 	}
-	udp := ip[ipLen:]
-	binary.BigEndian.PutUint16(udp[0:], d.SrcPort)
-	binary.BigEndian.PutUint16(udp[2:], RoCEPort)
-	binary.BigEndian.PutUint16(udp[4:], uint16(wire.UDPHeaderLen+len(tp)))
-	udp[6], udp[7] = 0, 0
+	udp := wire.UDP(ip[ipLen:])
+	udp.Encode(d.SrcPort, RoCEPort, uint16(wire.UDPHeaderLen+len(tp)))
 	if err := wire.PutICRC(ip[:ipTotal]); err != nil {
 		return nil, err
 	}
 	if dst.Is6() && !s.cfg.ZeroUDP6Checksum {
-		c := l4Checksum(src, dst, 17, udp[:wire.UDPHeaderLen+len(tp)])
-		if c == 0 {
-			c = 0xffff
-		}
-		binary.BigEndian.PutUint16(udp[6:], c)
+		udp.SetChecksum(wire.UDPChecksum(src, dst, udp[:wire.UDPHeaderLen+len(tp)]))
 	}
 	return f[:link.EthernetHeaderLen+ipTotal], nil
 }

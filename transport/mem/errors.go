@@ -137,38 +137,6 @@ func (c Class) NAK() (syndrome uint8, ok bool) {
 	return 0, false
 }
 
-// ibv_wc_status values (libibverbs verbs.h, same numbers as the kernel's).
-const (
-	WCSuccess      = 0
-	WCLocQPOpErr   = 2
-	WCLocProtErr   = 4
-	WCMWBindErr    = 6
-	WCRemInvReqErr = 9
-	WCRemAccessErr = 10
-)
-
-// WCStatus is the ibv_wc_status a completion gets for this class: for the
-// NAK classes, the status the requester reports when the NAK arrives; for the
-// others, the status of the local work request (or receive, for
-// ClassInvalidateRKey). ClassVerb and ClassNone give WCSuccess (no completion).
-func (c Class) WCStatus() uint8 {
-	switch c {
-	case ClassRemoteAccess:
-		return WCRemAccessErr
-	case ClassInvalidRequest:
-		return WCRemInvReqErr
-	case ClassLocalProtection:
-		return WCLocProtErr
-	case ClassLocalQPOperation:
-		return WCLocQPOpErr
-	case ClassMWBind:
-		return WCMWBindErr
-	case ClassInvalidateRKey:
-		return WCRemInvReqErr
-	}
-	return WCSuccess
-}
-
 // Error is every error this package returns. Values are preallocated, one per
 // (Op, Kind), so failing lookups do not allocate: compare with errors.As or
 // use KindOf/ClassOf. Error also matches its errno: errors.Is(err, syscall.EBUSY).

@@ -78,32 +78,31 @@ func TestError_ErrnoAndIsMatchKind(t *testing.T) {
 	}
 }
 
-func TestError_ClassMapsToNAKAndWCStatus(t *testing.T) {
+func TestError_ClassMapsToNAK(t *testing.T) {
 	cases := []struct {
 		op   Op
 		k    ErrKind
 		c    Class
 		nak  uint8
 		hasN bool
-		wc   uint8
 	}{
-		{OpRemote, KindKeyMismatch, ClassRemoteAccess, 0x62, true, WCRemAccessErr},
-		{OpRemote, KindOutOfRange, ClassRemoteAccess, 0x62, true, WCRemAccessErr},
-		{OpRemote, KindMisaligned, ClassInvalidRequest, 0x61, true, WCRemInvReqErr},
-		{OpRemote, KindInvalidArg, ClassInvalidRequest, 0x61, true, WCRemInvReqErr},
-		{OpLocal, KindKeyMismatch, ClassLocalProtection, 0, false, WCLocProtErr},
-		{OpFastReg, KindWrongState, ClassLocalQPOperation, 0, false, WCLocQPOpErr},
-		{OpLocalInvalidate, KindBusy, ClassLocalQPOperation, 0, false, WCLocQPOpErr},
-		{OpBindMW, KindAccessDenied, ClassMWBind, 0, false, WCMWBindErr},
-		{OpRemoteInvalidate, KindWrongQP, ClassInvalidateRKey, 0, false, WCRemInvReqErr},
-		{OpVerb, KindBusy, ClassVerb, 0, false, WCSuccess},
+		{OpRemote, KindKeyMismatch, ClassRemoteAccess, 0x62, true},
+		{OpRemote, KindOutOfRange, ClassRemoteAccess, 0x62, true},
+		{OpRemote, KindMisaligned, ClassInvalidRequest, 0x61, true},
+		{OpRemote, KindInvalidArg, ClassInvalidRequest, 0x61, true},
+		{OpLocal, KindKeyMismatch, ClassLocalProtection, 0, false},
+		{OpFastReg, KindWrongState, ClassLocalQPOperation, 0, false},
+		{OpLocalInvalidate, KindBusy, ClassLocalQPOperation, 0, false},
+		{OpBindMW, KindAccessDenied, ClassMWBind, 0, false},
+		{OpRemoteInvalidate, KindWrongQP, ClassInvalidateRKey, 0, false},
+		{OpVerb, KindBusy, ClassVerb, 0, false},
 	}
 	for _, c := range cases {
 		err := mkerr(c.op, c.k).(*Error)
 		cl := err.Class()
 		n, ok := cl.NAK()
-		if cl != c.c || n != c.nak || ok != c.hasN || cl.WCStatus() != c.wc {
-			t.Errorf("%v/%v: class %v nak %#x,%v wc %d; want %v %#x,%v %d", c.op, c.k, cl, n, ok, cl.WCStatus(), c.c, c.nak, c.hasN, c.wc)
+		if cl != c.c || n != c.nak || ok != c.hasN {
+			t.Errorf("%v/%v: class %v nak %#x,%v; want %v %#x,%v", c.op, c.k, cl, n, ok, c.c, c.nak, c.hasN)
 		}
 	}
 }

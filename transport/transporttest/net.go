@@ -164,33 +164,14 @@ func (o *output) Send(pkts []transport.TxPacket) {
 	}
 }
 
+// buildIPv4UDP writes the IPv4 and UDP headers kernel rxe would
+// (prepare_ipv4_hdr, prepare_udp_hdr: DF, no UDP checksum) in front of the
+// BTH at ip[headroom:].
 func buildIPv4UDP(ip []byte, src, dst [16]byte, ttl, tos uint8, sport uint16) {
 	n := len(ip)
-	ip[0], ip[1] = 0x45, tos
-	binary.BigEndian.PutUint16(ip[2:], uint16(n))
-	binary.BigEndian.PutUint16(ip[4:], 0)
-	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
-	ip[8], ip[9] = ttl, 17
-	copy(ip[12:16], src[12:])
-	copy(ip[16:20], dst[12:])
-	binary.BigEndian.PutUint16(ip[10:], 0)
-	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip[:20]))
-	u := ip[20:]
-	binary.BigEndian.PutUint16(u[0:], sport)
-	binary.BigEndian.PutUint16(u[2:], wire.RoCEv2Port)
-	binary.BigEndian.PutUint16(u[4:], uint16(n-20))
-	binary.BigEndian.PutUint16(u[6:], 0)
-}
-
-func ipChecksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
+	wire.IPv4(ip).Encode(&wire.IPv4Fields{TOS: tos, TotalLen: uint16(n), Flags: wire.IPv4DontFragment,
+		TTL: ttl, Protocol: wire.IPProtoUDP, Src: [4]byte(src[12:]), Dst: [4]byte(dst[12:])})
+	wire.UDP(ip[wire.IPv4HeaderLen:]).Encode(sport, wire.RoCEv2Port, uint16(n-wire.IPv4HeaderLen))
 }
 
 func (n *Net) put(f *Frame) {
@@ -352,14 +333,14 @@ var ErrTooLong = errors.New("transporttest: run exceeded its event budget")
 // next timer. maxEvents bounds the run.
 func (n *Net) Run(done func() bool, maxEvents int) error {
 	for range maxEvents {
-		next := n.RunQPs()
+		n.RunQPs()
 		if done() {
 			return nil
 		}
 		if n.Step() {
 			continue
 		}
-		next = n.RunQPs()
+		next := n.RunQPs()
 		if done() {
 			return nil
 		}

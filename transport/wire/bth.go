@@ -22,6 +22,9 @@ const (
 // nothing else.
 const DefaultPKey = 0xFFFF
 
+// QPNMask keeps the 24 bits of a QP number (BTH DestQP, DETH SrcQP).
+const QPNMask = 0xFFFFFF
+
 // MulticastQPN is the destination QPN of a multicast packet.
 const MulticastQPN = 0xFFFFFF
 

@@ -78,6 +78,10 @@ const (
 	NakInvalidRDRequest = 0x64
 )
 
+// MSNMask keeps the 24 bits of a message sequence number (AETH MSN): the
+// responder's count of messages it has completed, modulo 2^24.
+const MSNMask = 0xFFFFFF
+
 // AETH is a view of the ACK Extended Transport Header: syndrome and MSN.
 type AETH []byte
 

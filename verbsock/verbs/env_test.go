@@ -10,11 +10,12 @@ import (
 	"github.com/vrnic/vrnicd/nic/nictest"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
+	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
-// env is a device (nictest host on an in-memory pipe) served by a verbsock
-// server, and clients connected to it over socketpairs.
+// env is two devices (nictest hosts on an in-memory pipe) served by
+// servertest's daemons, and clients connected to them over socketpairs.
 type env struct {
 	t    testing.TB
 	host *nictest.Host
@@ -25,17 +26,8 @@ type env struct {
 
 func newEnv(t testing.TB, limits verbsock.Limits) *env {
 	t.Helper()
-	ha, hb := nictest.Pair(t, 1500)
-	e := &env{t: t, host: ha, peer: hb}
-	var err error
-	if e.srv, err = server.New(server.Config{Device: ha.Dev, Limits: limits}); err != nil {
-		t.Fatal(err)
-	}
-	if e.psrv, err = server.New(server.Config{Device: hb.Dev, Limits: limits}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.srv.Close(); e.psrv.Close() })
-	return e
+	ds := servertest.TwoDaemonsLimits(t, 1500, limits)
+	return &env{t: t, host: ds[0].Host, peer: ds[1].Host, srv: ds[0].Server, psrv: ds[1].Server}
 }
 
 func (e *env) dial(srv *server.Server) *verbs.Device {

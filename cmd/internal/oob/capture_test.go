@@ -8,10 +8,7 @@ import (
 	"github.com/vrnic/vrnicd/cmd/internal/oob/oobtest"
 )
 
-type (
-	chunk   = oobtest.Chunk
-	capture = oobtest.Capture
-)
+type capture = oobtest.Capture
 
 func readCapture(t *testing.T, name string) *capture {
 	t.Helper()

@@ -1,5 +1,7 @@
 // Package linktest helps root tests build small networks out of network
-// namespaces, veth pairs and bridges, and run code inside them.
+// namespaces, veth pairs and bridges, and run code inside them. It is the
+// tree's one namespace harness: interop/rxepeer builds its bridged guest
+// networks on NS.
 //
 // Go runs goroutines on many OS threads and a network namespace belongs to
 // a thread, so NS.Do runs a function on a fresh goroutine locked to a thread
@@ -14,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,8 +42,10 @@ var seq atomic.Uint32
 
 // UniqueName returns a short name (≤ 15 bytes, fits IFNAMSIZ) from prefix,
 // the process ID and a counter, so parallel test binaries do not collide.
+// The counter is in base 36 after a letter: it does not wrap within a
+// binary's life (a single letter did after 26 names).
 func UniqueName(prefix string) string {
-	n := fmt.Sprintf("%s%d%c", prefix, os.Getpid()%1000000, 'a'+rune(seq.Add(1)%26))
+	n := fmt.Sprintf("%s%dn%s", prefix, os.Getpid()%1000000, strconv.FormatUint(uint64(seq.Add(1)), 36))
 	if len(n) > 15 {
 		n = n[len(n)-15:]
 	}

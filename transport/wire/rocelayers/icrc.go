@@ -55,16 +55,16 @@ func SealFrame(frame []byte) error {
 	if err := wire.PutICRC(ip); err != nil {
 		return err
 	}
-	ipLen := wire.IPv4HeaderLen
+	ipLen, src, dst := wire.IPv4HeaderLen, wire.IPv4(ip).Src(), wire.IPv4(ip).Dst()
 	if ip[0]>>4 == 6 {
-		ipLen = wire.IPv6HeaderLen
+		ipLen, src, dst = wire.IPv6HeaderLen, wire.IPv6(ip).Src(), wire.IPv6(ip).Dst()
 	}
-	udp := ip[ipLen:]
-	if binary.BigEndian.Uint16(udp[6:]) == 0 {
+	udp := wire.UDP(ip[ipLen:])
+	if udp.Checksum() == 0 {
 		return nil
 	}
-	udp[6], udp[7] = 0, 0
-	binary.BigEndian.PutUint16(udp[6:], udpChecksum(ip[:ipLen], udp))
+	udp.SetChecksum(0)
+	udp.SetChecksum(wire.UDPChecksum(src, dst, udp))
 	return nil
 }
 
@@ -81,9 +81,9 @@ func framedIP(f []byte) ([]byte, error) {
 	var n int
 	switch {
 	case et == uint16(layers.EthernetTypeIPv4) && len(ip) >= wire.IPv4HeaderLen:
-		n = int(binary.BigEndian.Uint16(ip[2:]))
+		n = int(wire.IPv4(ip).TotalLen())
 	case et == uint16(layers.EthernetTypeIPv6) && len(ip) >= wire.IPv6HeaderLen:
-		n = wire.IPv6HeaderLen + int(binary.BigEndian.Uint16(ip[4:]))
+		n = wire.IPv6HeaderLen + int(wire.IPv6(ip).PayloadLen())
 	default:
 		return nil, fmt.Errorf("%w: EtherType %#04x", ErrNotRoCE, et)
 	}
@@ -91,34 +91,4 @@ func framedIP(f []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: IP length %d, frame holds %d", ErrNotRoCE, n, len(ip))
 	}
 	return ip[:n], nil
-}
-
-// udpChecksum is the RFC 768 checksum of udp behind an IPv4 or IPv6 header,
-// with 0 sent as 0xFFFF.
-func udpChecksum(iph, udp []byte) uint16 {
-	var sum uint32
-	add := func(b []byte) {
-		for len(b) >= 2 {
-			sum += uint32(binary.BigEndian.Uint16(b))
-			b = b[2:]
-		}
-		if len(b) == 1 {
-			sum += uint32(b[0]) << 8
-		}
-	}
-	if iph[0]>>4 == 4 {
-		add(iph[12:20])
-	} else {
-		add(iph[8:40])
-	}
-	sum += 17 + uint32(len(udp))
-	add(udp)
-	for sum > 0xFFFF {
-		sum = sum&0xFFFF + sum>>16
-	}
-	c := ^uint16(sum)
-	if c == 0 {
-		c = 0xFFFF
-	}
-	return c
 }

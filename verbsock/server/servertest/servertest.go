@@ -8,13 +8,15 @@ import (
 	"testing"
 
 	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
 
 // Daemon is a device (a nictest host on an in-memory link) served on a
-// Unix socket.
+// Unix socket. Server also serves connections handed to it (ServeConn).
 type Daemon struct {
 	Host   *nictest.Host
+	Server *server.Server
 	Socket string
 }
 
@@ -22,10 +24,17 @@ type Daemon struct {
 // behind its own socket, stopped when the test ends.
 func TwoDaemons(t testing.TB, mtu int) [2]Daemon {
 	t.Helper()
+	return TwoDaemonsLimits(t, mtu, verbsock.Limits{})
+}
+
+// TwoDaemonsLimits is TwoDaemons with the servers' per-client limits (zero
+// fields: the defaults).
+func TwoDaemonsLimits(t testing.TB, mtu int, limits verbsock.Limits) [2]Daemon {
+	t.Helper()
 	ha, hb := nictest.Pair(t, mtu)
 	var ds [2]Daemon
 	for i, h := range []*nictest.Host{ha, hb} {
-		srv, err := server.New(server.Config{Device: h.Dev})
+		srv, err := server.New(server.Config{Device: h.Dev, Limits: limits})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +45,7 @@ func TwoDaemons(t testing.TB, mtu int) [2]Daemon {
 		}
 		go srv.Serve(l)
 		t.Cleanup(func() { srv.Close() })
-		ds[i] = Daemon{Host: h, Socket: path}
+		ds[i] = Daemon{Host: h, Server: srv, Socket: path}
 	}
 	return ds
 }

@@ -156,8 +156,8 @@ func (m *REQ) Decode(b []byte) error {
 		ExtendedTransportType:   getBits(b[51], 5, 3),
 		SAPSupported:            getBits(b[139], 5, 1) != 0,
 	}
-	m.Primary.decode(b[52:96])
-	m.Alternate.decode(b[96:140])
+	m.Primary.decode(b[52 : 52+pathLen])
+	m.Alternate.decode(b[52+pathLen : 52+2*pathLen])
 	copy(m.PrivateData[:], b[140:232])
 	return nil
 }
@@ -188,8 +188,8 @@ func (m *REQ) Encode(b []byte) {
 	setBits(&b[51], 0, 4, m.MaxCMRetries)
 	setBits(&b[51], 4, 1, b2u(m.SRQ))
 	setBits(&b[51], 5, 3, m.ExtendedTransportType)
-	m.Primary.encode(b[52:96])
-	m.Alternate.encode(b[96:140])
+	m.Primary.encode(b[52 : 52+pathLen])
+	m.Alternate.encode(b[52+pathLen : 52+2*pathLen])
 	setBits(&b[139], 5, 1, b2u(m.SAPSupported))
 	copy(b[140:232], m.PrivateData[:])
 }

@@ -46,15 +46,17 @@ func printedPingpong(t *testing.T, file string) (local, remote []PingpongDest) {
 	return local, remote
 }
 
-// printedPerftest reads " local address: LID 0000 QPN 0x002f PSN 0x4e20e6
-// [OUT 0x80] [RKey 0x000a3e VAddr 0x007f633e12a000]" lines and the
-// " GID: 00:...:255:255:192:00:02:12" (decimal bytes) line after each, and
-// the last report line " 8388608    10   3.87   3.87   0.000000".
+// printedAddr is one address perftest printed, and which of the optional
+// fields the line had.
 type printedAddr struct {
 	d               PerftestDest
 	hasOut, hasRKey bool
 }
 
+// printedPerftest reads " local address: LID 0000 QPN 0x002f PSN 0x4e20e6
+// [OUT 0x80] [RKey 0x000a3e VAddr 0x007f633e12a000]" lines and the
+// " GID: 00:...:255:255:192:00:02:12" (decimal bytes) line after each, and
+// the last report line " 8388608    10   3.87   3.87   0.000000".
 func printedPerftest(t *testing.T, file string) (local, remote []printedAddr, report []string) {
 	t.Helper()
 	re := regexp.MustCompile(`^ (local|remote) address: LID (\S+) QPN (\S+) PSN (\S+)(?: OUT (\S+))?(?: RKey (\S+) VAddr (\S+))?$`)
@@ -200,7 +202,7 @@ func TestSRQPingpongCapture(t *testing.T) {
 	})
 }
 
-func TestMorePerftestCaptures(t *testing.T) {
+func TestPerftestCapturesWithPrintedOutput(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		script []step
