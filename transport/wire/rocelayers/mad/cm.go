@@ -49,6 +49,9 @@ func (g GID) String() string { return net.IP(g[:]).String() }
 // MarshalText writes the GID as String does.
 func (g GID) MarshalText() ([]byte, error) { return []byte(g.String()), nil }
 
+// pathLen is the length of one path in a REQ.
+const pathLen = 44
+
 // Path is one path of a REQ (primary or alternate, 44 bytes).
 type Path struct {
 	LocalLID        uint16 `json:"local_lid"`
