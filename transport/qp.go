@@ -340,16 +340,6 @@ func (q *QP) inc(c Counter) {
 	}
 }
 
-func (q *QP) add(c Counter, n uint64) {
-	if n == 0 {
-		return
-	}
-	q.counters.v[c].Add(n)
-	if q.env.Device != nil {
-		q.env.Device.v[c].Add(n)
-	}
-}
-
 // udpSourcePortForQPN is the source port rxe gives a QP at create time:
 // 0xC000 + hash_32(qpn, 14), hash_32 being the golden-ratio multiplicative
 // hash.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -82,48 +81,6 @@ func (p *peer) sendRC(t *testing.T, dst netip.Addr, qpn uint32, n int) {
 			t.Fatalf("send to %v: %d, %v", dst, k, err)
 		}
 	}
-}
-
-// unreachCapture counts ICMP/ICMPv6 port unreachable frames arriving on an
-// interface (AF_PACKET, no filter).
-type unreachCapture struct {
-	mu   sync.Mutex
-	n    int
-	raw  *link.Raw
-	done chan struct{}
-}
-
-func captureUnreach(t *testing.T, ns *linktest.NS, iface string) *unreachCapture {
-	t.Helper()
-	c := &unreachCapture{done: make(chan struct{})}
-	if err := ns.Do(func() (err error) {
-		c.raw, err = link.OpenRaw(link.RawConfig{Interface: iface})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(c.done)
-		bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
-		for {
-			if _, err := c.raw.Read(bufs, sizes, 0); err != nil {
-				return
-			}
-			if isPortUnreach(bufs[0][:sizes[0]]) {
-				c.mu.Lock()
-				c.n++
-				c.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() { c.raw.Close(); <-c.done })
-	return c
-}
-
-func (c *unreachCapture) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
 }
 
 func isPortUnreach(f []byte) bool {

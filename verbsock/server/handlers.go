@@ -26,15 +26,9 @@ func quota(what string, limit uint64) error {
 	return errf(syscall.EDQUOT, "client limit reached: %d %s", limit, what)
 }
 
-// take moves descriptor i out of fds (so the request loop does not close it).
-func take(fds []int, i int) int {
-	fd := fds[i]
-	fds[i] = -1
-	return fd
-}
-
 // dispatch runs a decoded request. It returns the reply payload and the
-// descriptors to send with it (which stay the server's).
+// descriptors to send with it (the client's ends of wake-up channels,
+// closed once sent).
 func (c *conn) dispatch(op verbsock.Op, req any, fds []int) (any, []int, error) {
 	switch op {
 	case verbsock.OpHello:

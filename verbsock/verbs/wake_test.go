@@ -61,17 +61,6 @@ func attack(fds []int, d time.Duration, fill bool) {
 	}
 }
 
-func setBlocking(t *testing.T, fd int) {
-	t.Helper()
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Hole: a client cleared O_NONBLOCK on the doorbell eventfd it shared with
 // the daemon, and each QP's doorbell reader then blocked in read(2) on a
 // thread of its own, until the thread limit killed the daemon.
