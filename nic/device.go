@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -64,21 +65,25 @@ type Config struct {
 	Clock   transport.Clock // nil: the system clock
 	Mem     mem.Config
 	Limits  Limits
+	// Workers is the number of datapath workers the QPs are spread over
+	// (by QPN); default: one per CPU the process may use.
+	Workers int
 }
 
 // Device is one virtual RDMA device with one port.
 type Device struct {
-	cfg    Config
-	log    *slog.Logger
-	mem    *mem.Table
-	gids   *gid.Table
-	clock  transport.Clock
-	mtu    transport.MTU
-	port   atomic.Pointer[senderBox]
-	ctr    transport.Counters // device totals
-	env    transport.Env
-	out    output
-	rxPool sync.Pool
+	cfg     Config
+	log     *slog.Logger
+	mem     *mem.Table
+	gids    *gid.Table
+	clock   transport.Clock
+	mtu     transport.MTU
+	port    atomic.Pointer[senderBox]
+	ctr     transport.Counters // device totals
+	env     transport.Env
+	out     output
+	rxPool  sync.Pool
+	workers []*worker
 
 	mu      sync.RWMutex
 	qps     map[uint32]*QP // +checklocks:mu
@@ -90,6 +95,8 @@ type Device struct {
 	srqs      map[*transport.SRQ]struct{}
 	nextSRQ   uint32
 	closed    bool
+
+	stopWorkers sync.Once
 }
 
 type senderBox struct{ s Sender }
@@ -133,8 +140,19 @@ func NewDevice(cfg Config) (*Device, error) {
 	d.out.pool.New = func() any { b := make([]byte, bufSize); return &b }
 	d.rxPool.New = func() any { return &rxItem{buf: make([]byte, bufSize)} }
 	d.env = transport.Env{Clock: d.clock, Memory: d.mem, Out: &d.out, Log: d.log, Device: &d.ctr, PortMTU: d.mtu}
+	n := cfg.Workers
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	for range n {
+		d.workers = append(d.workers, newWorker(d))
+	}
 	return d, nil
 }
+
+// workerFor is the worker that owns QP qpn: the same mapping as the link's
+// fanout steering (QPN modulo the worker count).
+func (d *Device) workerFor(qpn uint32) *worker { return d.workers[int(qpn)%len(d.workers)] }
 
 // Attach sets the port packets leave through.
 func (d *Device) Attach(s Sender) { d.port.Store(&senderBox{s}) }
@@ -166,6 +184,11 @@ func (d *Device) Close() error {
 	for _, q := range qps {
 		q.Destroy()
 	}
+	d.stopWorkers.Do(func() {
+		for _, w := range d.workers {
+			w.close()
+		}
+	})
 	return nil
 }
 

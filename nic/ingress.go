@@ -1,9 +1,6 @@
 package nic
 
 import (
-	"encoding/binary"
-	"net/netip"
-
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
@@ -15,14 +12,16 @@ import (
 const bufSize = 4096 + 128 + netstack.Headroom
 
 // rxItem is a received packet copied out of the link's buffer, on its way
-// to a QP owner.
+// to its QP's worker.
 type rxItem struct {
-	buf []byte
-	rx  transport.RxPacket
+	buf     []byte
+	rx      transport.RxPacket
+	q       *QP
+	request bool
 }
 
 func (d *Device) putRx(it *rxItem) {
-	it.rx = transport.RxPacket{}
+	it.rx, it.q = transport.RxPacket{}, nil
 	d.rxPool.Put(it)
 }
 
@@ -86,17 +85,15 @@ func (d *Device) ingress(tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 		return
 	}
 	v.rx.SrcGID, v.rx.DstGID, v.rx.IPHeader, v.rx.SrcPort = src, dst, ipc, sport
-	ch := q.reqIn
-	if pkt.Op.Flags&wire.FlagRequest == 0 {
-		ch = q.respIn
-	}
-	select {
-	case ch <- v:
-	default:
-		d.putRx(v) // the owner is that far behind: drop, as a full receive ring would
+	if q.rxQueued.Add(1) > inQueue {
+		q.rxQueued.Add(-1)
+		d.putRx(v) // the worker is that far behind: drop, as a full receive ring would
 		q.tq.Counters().Inc(transport.RcvdDropped)
 		d.ctr.Inc(transport.RcvdDropped)
+		return
 	}
+	v.q, v.request = q, pkt.Op.Flags&wire.FlagRequest != 0
+	q.w.enqueue(v)
 }
 
 func typeTransport(t transport.QPType) uint8 {
@@ -107,30 +104,4 @@ func typeTransport(t transport.QPType) uint8 {
 		return wire.TransportUC
 	}
 	return wire.TransportUD
-}
-
-// loopback synthesises the IP header a packet between two of the device's
-// own GIDs would have had, and delivers it without the wire (rxe does the
-// same for packets to its own MAC).
-func (d *Device) loopback(tp []byte, src, dst gid.GID, tclass, hop uint8, sport uint16) {
-	var h [wire.IPv6HeaderLen]byte
-	var iphdr []byte
-	if netip.AddrFrom16(dst).Is4In6() {
-		iphdr = h[:wire.IPv4HeaderLen]
-		iphdr[0], iphdr[1] = 0x45, tclass
-		binary.BigEndian.PutUint16(iphdr[2:], uint16(wire.IPv4HeaderLen+wire.UDPHeaderLen+len(tp)))
-		binary.BigEndian.PutUint16(iphdr[6:], 0x4000)
-		iphdr[8], iphdr[9] = hop, 17
-		copy(iphdr[12:16], src[12:])
-		copy(iphdr[16:20], dst[12:])
-		binary.BigEndian.PutUint16(iphdr[10:], wire.Checksum(iphdr))
-	} else {
-		iphdr = h[:]
-		binary.BigEndian.PutUint32(iphdr[0:], 6<<28|uint32(tclass)<<20)
-		binary.BigEndian.PutUint16(iphdr[4:], uint16(wire.UDPHeaderLen+len(tp)))
-		iphdr[6], iphdr[7] = 17, hop
-		copy(iphdr[8:24], src[:])
-		copy(iphdr[24:40], dst[:])
-	}
-	d.ingress(tp, iphdr, src, dst, sport)
 }

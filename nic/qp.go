@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport"
@@ -44,7 +45,8 @@ type QPConfig struct {
 	Owner    int // client pid
 }
 
-// QP is a device QP with its two owner goroutines.
+// QP is a device QP. A datapath worker owns it (both sides); everything
+// below the worker-owned line is touched only on that worker.
 type QP struct {
 	d     *Device
 	tq    *transport.QP
@@ -52,25 +54,27 @@ type QP struct {
 	rq    RecvSource
 	owner int
 	onEv  func(transport.Event)
+	w     *worker
 
-	sendBell chan struct{}
-	recvBell chan struct{}
-	respIn   chan *rxItem
-	reqIn    chan *rxItem
-	// calls run on an owner (PostSend/PostRecv by in-process users)
-	sendCalls chan postReq
-	recvCalls chan postReq
+	// Set by anyone, taken by the worker (worker.markReady).
+	wantSend, wantRecv atomic.Bool
+	inReady            atomic.Bool
+	rxQueued           atomic.Int32 // packets queued for the worker
 
-	rwr transport.RecvWR // receive owner's scratch for drainRecv
-
-	stop     chan struct{}
 	stopOnce sync.Once
-	wg       sync.WaitGroup
+
+	// Worker-owned.
+	gone             bool // destroyed: its packets and wake-ups are dropped
+	runSend, runRecv bool // touched this pass
+	wakeAt           time.Time
+	heapIdx          int // in the worker's timer heap; -1: not there
 }
 
-const inQueue = 1024 // packets waiting per QP side; more are dropped like a full NIC ring
+// inQueue bounds the packets waiting for one QP's worker; more are dropped
+// like a full NIC ring.
+const inQueue = 2048
 
-// CreateQP makes a QP in RESET and starts its owners.
+// CreateQP makes a QP in RESET, owned by the worker its QPN maps to.
 func (d *Device) CreateQP(cfg QPConfig) (*QP, error) {
 	l := d.cfg.Limits
 	c := cfg.Cap
@@ -94,11 +98,8 @@ func (d *Device) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, err
 	}
 	qpn := d.allocQPN()
-	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent,
-		sendBell: make(chan struct{}, 1), recvBell: make(chan struct{}, 1),
-		respIn: make(chan *rxItem, inQueue), reqIn: make(chan *rxItem, inQueue), stop: make(chan struct{}),
-		sendCalls: make(chan postReq), recvCalls: make(chan postReq)}
-	tq, err := transport.NewQP(&d.env, transport.QPConfig{QPN: qpn, Type: cfg.Type, PD: cfg.PD, Cap: c,
+	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent, w: d.workerFor(qpn), heapIdx: -1}
+	tq, err := transport.NewQP(&q.w.env, transport.QPConfig{QPN: qpn, Type: cfg.Type, PD: cfg.PD, Cap: c,
 		SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ, SRQ: cfg.SRQ, SQSigAll: cfg.SQSigAll,
 		Hooks: transport.Hooks{WakeSend: q.NotifySend, WakeRecv: q.NotifyRecv, Event: q.event,
 			SendRetired: q.retireSend, RecvRetired: q.retireRecv}})
@@ -108,9 +109,6 @@ func (d *Device) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	q.tq = tq
 	d.qps[qpn] = q
-	q.wg.Add(2)
-	go q.sendLoop()
-	go q.recvLoop()
 	return q, nil
 }
 
@@ -135,54 +133,6 @@ func (d *Device) allocQPN() uint32 {
 		}
 		return n
 	}
-}
-
-// Linger is how long a destroyed RC QP goes on acknowledging duplicates of
-// requests it had taken (transport.ClosedQP): several retransmit timeouts
-// of a peer at perftest's and rdma-core's timeout 14 (67 ms), and two at
-// timeout 20 (4.3 s).
-const Linger = 10 * time.Second
-
-// maxLingering bounds the destroyed QPs kept; past it a destroyed QP goes
-// at once, as it would without lingering.
-const maxLingering = 4096
-
-type lingerQP struct {
-	c     transport.ClosedQP
-	until time.Time
-}
-
-// linger keeps what a destroyed QP leaves behind.
-// +checklocks:d.mu
-func (d *Device) linger(c transport.ClosedQP) {
-	now := d.clock.Now()
-	if len(d.lingering) >= maxLingering {
-		for n, l := range d.lingering {
-			if !now.Before(l.until) {
-				delete(d.lingering, n)
-			}
-		}
-		if len(d.lingering) >= maxLingering {
-			return
-		}
-	}
-	d.lingering[c.QPN] = lingerQP{c: c, until: now.Add(Linger)}
-}
-
-// answerClosed lets a lingering QP answer a packet to its QPN; false: no
-// such QP, or nothing to answer.
-func (d *Device) answerClosed(qpn uint32, p *transport.RxPacket) bool {
-	d.mu.RLock()
-	l, ok := d.lingering[qpn]
-	d.mu.RUnlock()
-	if !ok || !d.clock.Now().Before(l.until) {
-		return false
-	}
-	if !l.c.Answer(p, &d.out) {
-		return false
-	}
-	d.ctr.Inc(transport.ClosedQPAcks)
-	return true
 }
 
 // retireSend and retireRecv run on their side's owner, inside the engine,
@@ -235,65 +185,51 @@ func (q *QP) Modify(a *transport.QPAttr, mask transport.AttrMask) error {
 	return q.tq.Modify(a, mask)
 }
 
-// NotifySend rings the send doorbell.
+// NotifySend asks the QP's worker to run its send side.
 func (q *QP) NotifySend() {
-	select {
-	case q.sendBell <- struct{}{}:
-	default:
-	}
+	q.wantSend.Store(true)
+	q.w.markReady(q)
 }
 
-// NotifyRecv rings the receive doorbell.
+// NotifyRecv asks the QP's worker to run its receive side.
 func (q *QP) NotifyRecv() {
-	select {
-	case q.recvBell <- struct{}{}:
-	default:
-	}
+	q.wantRecv.Store(true)
+	q.w.markReady(q)
 }
 
-// PostSend hands a WR to the send owner (for in-process users without a
+// PostSend hands a WR to the QP's worker (for in-process users without a
 // ring); the error is ibv_post_send's.
 func (q *QP) PostSend(wr *transport.SendWR) error {
-	return q.post(func() error { return q.tq.PostSend(wr) }, q.sendBell)
+	return q.post(true, func() error { return q.tq.PostSend(wr) })
 }
 
-// PostRecv hands a receive WR to the receive owner.
+// PostRecv hands a receive WR to the QP's worker.
 func (q *QP) PostRecv(wr *transport.RecvWR) error {
-	return q.post(func() error { return q.tq.PostRecv(wr) }, q.recvBell)
+	return q.post(false, func() error { return q.tq.PostRecv(wr) })
 }
 
-// post runs f on the owner goroutine and returns its result.
-func (q *QP) post(f func() error, bell chan struct{}) error {
-	r := postReq{f: f, done: make(chan error, 1)}
-	ch := q.sendCalls
-	if bell == q.recvBell {
-		ch = q.recvCalls
-	}
-	select {
-	case ch <- r:
-	case <-q.stop:
-		return ErrClosed
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-q.stop:
-		return ErrClosed
-	}
+// post runs f on the worker, then that side of the QP in the same pass.
+func (q *QP) post(send bool, f func() error) error {
+	err := ErrClosed
+	q.w.run(call{q: q, send: send, recv: !send, f: func() {
+		if !q.gone {
+			err = f()
+		}
+	}})
+	return err
 }
 
-type postReq struct {
-	f    func() error
-	done chan error
-}
-
-// Destroy moves the QP to ERR, lets both owners flush, stops them and
-// removes the QP from the device.
+// Destroy moves the QP to ERR, lets its worker flush both sides and drop
+// it, and removes the QP from the device.
 func (q *QP) Destroy() {
 	q.stopOnce.Do(func() {
 		q.tq.Destroy()
-		close(q.stop)
-		q.wg.Wait()
+		q.w.run(call{f: func() {
+			q.tq.RunSend() // ERR: flush what is left
+			q.tq.RunRecv()
+			q.gone = true
+			q.w.timers.set(q, time.Time{})
+		}})
 		d := q.d
 		d.mu.Lock()
 		delete(d.qps, q.QPN())
@@ -303,46 +239,7 @@ func (q *QP) Destroy() {
 		d.mu.Unlock()
 		d.mem.DetachQP(q.QPN())
 		_ = d.mem.ReleasePD(q.tq.PD())
-		for {
-			select {
-			case it := <-q.respIn:
-				d.putRx(it)
-			case it := <-q.reqIn:
-				d.putRx(it)
-			default:
-				return
-			}
-		}
 	})
-}
-
-func (q *QP) sendLoop() {
-	defer q.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	var wr transport.SendWR
-	for {
-		select {
-		case <-q.stop:
-			q.tq.RunSend() // ERR: flush what is left
-			return
-		case <-q.sendBell:
-		case r := <-q.sendCalls:
-			r.done <- r.f()
-		case it := <-q.respIn:
-			q.handleResp(it)
-		case <-timer.C:
-			// select picks among ready cases at random: responses that
-			// came in before the deadline are handled before it is
-			// checked, so they count as the peer's answer, not silence.
-			q.drainResp()
-		}
-		next := q.drainAndRun(&wr)
-		timer.Stop()
-		if !next.IsZero() {
-			timer.Reset(max(time.Until(next), 0))
-		}
-	}
 }
 
 // drainAndRun moves posted WRs from the client's ring into the engine and
@@ -374,8 +271,8 @@ func (q *QP) drainAndRun(wr *transport.SendWR) time.Time {
 }
 
 // drainRecv moves posted receive WRs from the client's ring into the
-// engine; it runs before every request so a receive posted just before a
-// message arrives is there for it.
+// engine; the worker runs it before every request so a receive posted
+// just before a message arrives is there for it.
 func (q *QP) drainRecv(wr *transport.RecvWR) {
 	if q.rq == nil {
 		return
@@ -391,73 +288,5 @@ func (q *QP) drainRecv(wr *transport.RecvWR) {
 			}
 		}
 		q.rq.Consume()
-	}
-}
-
-func (q *QP) recvLoop() {
-	defer q.wg.Done()
-	var wr transport.RecvWR
-	busy := false
-	for {
-		if busy {
-			select {
-			case <-q.stop:
-				q.tq.RunRecv()
-				return
-			case r := <-q.recvCalls:
-				r.done <- r.f()
-			case it := <-q.reqIn:
-				q.handleReq(it)
-			default:
-			}
-		} else {
-			select {
-			case <-q.stop:
-				q.tq.RunRecv()
-				return
-			case <-q.recvBell:
-			case r := <-q.recvCalls:
-				r.done <- r.f()
-			case it := <-q.reqIn:
-				q.handleReq(it)
-			}
-		}
-		q.drainRecv(&wr)
-		busy = q.tq.RunRecv()
-	}
-}
-
-func (q *QP) handleReq(it *rxItem) {
-	q.drainRecv(&q.rwr)
-	q.tq.HandleRequest(&it.rx)
-	q.d.putRx(it)
-	for range 64 {
-		select {
-		case it := <-q.reqIn:
-			q.drainRecv(&q.rwr)
-			q.tq.HandleRequest(&it.rx)
-			q.d.putRx(it)
-		default:
-			return
-		}
-	}
-}
-
-func (q *QP) handleResp(it *rxItem) {
-	q.tq.HandleResponse(&it.rx)
-	q.d.putRx(it)
-	q.drainResp()
-}
-
-// drainResp handles the responses already queued, a bounded batch.
-func (q *QP) drainResp() {
-	for range 64 {
-		select {
-		case it := <-q.respIn:
-			q.tq.HandleResponse(&it.rx)
-			q.d.putRx(it)
-		default:
-			return
-		}
 	}
 }

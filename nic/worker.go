@@ -1,0 +1,354 @@
+package nic
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/vrnic/vrnicd/transport"
+)
+
+// worker is a datapath worker: it owns a set of QPs outright (both sides:
+// requester, completer, responder and their timers) and runs them to
+// completion in one loop, so that no packet or WR crosses goroutines
+// between the engine's steps. One pass takes everything queued for it —
+// received packets, doorbells, in-process calls — runs the engine on
+// them, runs the QPs they touched and those whose deadline came, and hands
+// every frame the pass produced to the link in one batch, so that the
+// ACKs of a whole receive batch leave in one write. Idle, it sleeps until
+// something is queued or its next timer; wake-ups cost only on the
+// idle-to-busy transition (a queue that is already signalled is not
+// signalled again).
+type worker struct {
+	d    *Device
+	env  transport.Env // the device's, with out as the Output
+	out  batchOutput
+	wake chan struct{} // cap 1: something was queued
+	stop chan struct{}
+	done chan struct{}
+
+	mu    sync.Mutex
+	inbox []*rxItem // +checklocks:mu
+	ready []*QP     // +checklocks:mu
+	calls []call    // +checklocks:mu
+
+	// Owned by the worker goroutine.
+	rx     []*rxItem
+	rdy    []*QP
+	cl     []call
+	dirty  []*QP
+	timers timerHeap
+	timer  *time.Timer
+	swr    transport.SendWR
+	rwr    transport.RecvWR
+}
+
+// call is work run on the worker (a post by an in-process user, a QP's
+// last flush); q, if set, has its sides run in the same pass.
+type call struct {
+	q          *QP
+	send, recv bool
+	f          func()
+	done       chan struct{}
+}
+
+func newWorker(d *Device) *worker {
+	w := &worker{d: d, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w.env = d.env
+	w.env.Out = &w.out
+	w.out.d = d
+	w.timer = time.NewTimer(time.Hour)
+	w.timer.Stop()
+	go w.loop()
+	return w
+}
+
+// signal wakes the worker if it sleeps (or will look again before it does).
+func (w *worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue queues a received packet for its QP's owner.
+func (w *worker) enqueue(it *rxItem) {
+	w.mu.Lock()
+	w.inbox = append(w.inbox, it)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// markReady queues q to have the sides its want flags name run.
+func (w *worker) markReady(q *QP) {
+	if !q.inReady.CompareAndSwap(false, true) {
+		return
+	}
+	w.mu.Lock()
+	w.ready = append(w.ready, q)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// run runs f on the worker and waits for it; with q set, q's sides named
+// run afterwards in the same pass. Once the worker has stopped, f runs on
+// the caller: nothing else owns the QPs any more.
+func (w *worker) run(c call) {
+	c.done = make(chan struct{})
+	select {
+	case <-w.done:
+		c.f()
+		return
+	default:
+	}
+	w.mu.Lock()
+	w.calls = append(w.calls, c)
+	w.mu.Unlock()
+	w.signal()
+	select {
+	case <-c.done:
+	case <-w.done:
+		<-c.done // the worker finishes the pass it took c in
+	}
+}
+
+// close stops the worker after the pass it is in.
+func (w *worker) close() {
+	close(w.stop)
+	<-w.done
+}
+
+func (w *worker) loop() {
+	defer close(w.done)
+	for {
+		if !w.take() {
+			if !w.sleep() {
+				w.drainCallsAtStop()
+				return
+			}
+			continue
+		}
+		w.pass()
+	}
+}
+
+// take swaps the queues for the worker's own buffers; false: nothing queued
+// and no timer due.
+func (w *worker) take() bool {
+	w.mu.Lock()
+	w.rx, w.inbox = w.inbox, w.rx[:0]
+	w.rdy, w.ready = w.ready, w.rdy[:0]
+	w.cl, w.calls = w.calls, w.cl[:0]
+	w.mu.Unlock()
+	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.due(w.d.clock.Now())
+}
+
+// sleep waits for a signal, the next timer or stop.
+func (w *worker) sleep() bool {
+	if t, ok := w.timers.next(); ok {
+		w.timer.Reset(max(t.Sub(w.d.clock.Now()), 0))
+	}
+	select {
+	case <-w.wake:
+	case <-w.timer.C:
+	case <-w.stop:
+		return false
+	}
+	w.timer.Stop()
+	return true
+}
+
+// pass runs one round: calls, received packets, doorbells, due timers, the
+// QPs all of them touched, then one batch of frames to the link.
+func (w *worker) pass() {
+	for _, c := range w.cl {
+		c.f()
+		if c.q != nil && !c.q.gone {
+			w.touch(c.q, c.send, c.recv)
+		}
+		close(c.done)
+	}
+	clear(w.cl)
+	w.handleRx()
+	for _, q := range w.rdy {
+		q.inReady.Store(false) // before the flags: a later notify queues q again
+		send, recv := q.wantSend.Swap(false), q.wantRecv.Swap(false)
+		if !q.gone {
+			w.touch(q, send, recv)
+		}
+	}
+	clear(w.rdy)
+	now := w.d.clock.Now()
+	for w.timers.due(now) {
+		q := w.timers.pop()
+		if !q.gone {
+			w.touch(q, true, false)
+		}
+	}
+	for _, q := range w.dirty {
+		w.runQP(q)
+	}
+	clear(w.dirty)
+	w.dirty = w.dirty[:0]
+	w.out.flush()
+}
+
+// handleRx gives each received packet to its QP's engine, responses to the
+// send side, requests to the receive side (with the receives the client
+// posted up to now), as the owners did.
+func (w *worker) handleRx() {
+	for _, it := range w.rx {
+		q := it.q
+		q.rxQueued.Add(-1)
+		if q.gone {
+			w.d.putRx(it)
+			continue
+		}
+		if it.request {
+			q.drainRecv(&w.rwr)
+			q.tq.HandleRequest(&it.rx)
+			w.touch(q, false, true)
+		} else {
+			q.tq.HandleResponse(&it.rx)
+			w.touch(q, true, false)
+		}
+		w.d.putRx(it)
+	}
+	clear(w.rx)
+}
+
+// touch marks q's sides to run at the end of this pass.
+func (w *worker) touch(q *QP, send, recv bool) {
+	if !q.runSend && !q.runRecv && (send || recv) {
+		w.dirty = append(w.dirty, q)
+	}
+	q.runSend = q.runSend || send
+	q.runRecv = q.runRecv || recv
+}
+
+// maxRecvRuns bounds the receive side's turns in one pass; a side that
+// still has work queues itself for the next pass, after the others.
+const maxRecvRuns = 64
+
+// runQP runs the sides of q this pass touched, and keeps its timer.
+func (w *worker) runQP(q *QP) {
+	send, recv := q.runSend, q.runRecv
+	q.runSend, q.runRecv = false, false
+	if q.gone {
+		return
+	}
+	if recv {
+		q.drainRecv(&w.rwr)
+		busy := true
+		for i := 0; busy && i < maxRecvRuns; i++ {
+			busy = q.tq.RunRecv()
+		}
+		if busy {
+			q.wantRecv.Store(true)
+			w.markReady(q)
+		}
+	}
+	if send {
+		w.timers.set(q, q.drainAndRun(&w.swr))
+	}
+}
+
+// drainCallsAtStop completes calls queued after the last pass.
+func (w *worker) drainCallsAtStop() {
+	w.mu.Lock()
+	cl := w.calls
+	w.calls = nil
+	w.mu.Unlock()
+	for _, c := range cl {
+		c.f()
+		close(c.done)
+	}
+}
+
+// batchOutput is a worker's transport.Output: what its QPs send during a
+// pass is handed to the device's output (and so to the link) at the end of
+// the pass, in one batch.
+type batchOutput struct {
+	d       *Device
+	pending []transport.TxPacket
+}
+
+// maxPending flushes a pass's frames early, bounding what it holds.
+const maxPending = 256
+
+func (o *batchOutput) Headroom() int      { return o.d.out.Headroom() }
+func (o *batchOutput) Alloc(n int) []byte { return o.d.out.Alloc(n) }
+
+func (o *batchOutput) Send(pkts []transport.TxPacket) {
+	o.pending = append(o.pending, pkts...)
+	if len(o.pending) >= maxPending {
+		o.flush()
+	}
+}
+
+func (o *batchOutput) flush() {
+	if len(o.pending) == 0 {
+		return
+	}
+	o.d.out.Send(o.pending)
+	clear(o.pending)
+	o.pending = o.pending[:0]
+}
+
+// timerHeap holds the owned QPs whose send side asked to run at a time,
+// earliest first.
+type timerHeap []*QP
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].wakeAt.Before(h[j].wakeAt) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *timerHeap) Push(x any) {
+	q := x.(*QP)
+	q.heapIdx = len(*h)
+	*h = append(*h, q)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	q.heapIdx = -1
+	return q
+}
+
+// set makes t (zero: none) q's wake-up time.
+func (h *timerHeap) set(q *QP, t time.Time) {
+	switch {
+	case t.IsZero():
+		if q.heapIdx >= 0 {
+			heap.Remove(h, q.heapIdx)
+		}
+	case q.heapIdx >= 0:
+		q.wakeAt = t
+		heap.Fix(h, q.heapIdx)
+	default:
+		q.wakeAt = t
+		heap.Push(h, q)
+	}
+	if t.IsZero() {
+		q.wakeAt = time.Time{}
+	}
+}
+
+func (h *timerHeap) due(now time.Time) bool { return len(*h) > 0 && !now.Before((*h)[0].wakeAt) }
+
+func (h *timerHeap) next() (time.Time, bool) {
+	if len(*h) == 0 {
+		return time.Time{}, false
+	}
+	return (*h)[0].wakeAt, true
+}
+
+func (h *timerHeap) pop() *QP {
+	q := heap.Pop(h).(*QP)
+	q.wakeAt = time.Time{}
+	return q
+}
