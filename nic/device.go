@@ -14,6 +14,7 @@ import (
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -62,7 +63,7 @@ type Config struct {
 	LinkMTU int
 	GIDs    *gid.Table
 	Log     *slog.Logger
-	Clock   transport.Clock // nil: the system clock
+	Clock   clock.Clock // nil: the system clock; it also runs the workers' timers
 	Mem     mem.Config
 	Limits  Limits
 	// Workers is the number of datapath workers the QPs are spread over
@@ -76,7 +77,7 @@ type Device struct {
 	log     *slog.Logger
 	mem     *mem.Table
 	gids    *gid.Table
-	clock   transport.Clock
+	clock   clock.Clock
 	mtu     transport.MTU
 	port    atomic.Pointer[senderBox]
 	ctr     transport.Counters // device totals
@@ -132,7 +133,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	if d.clock == nil {
-		d.clock = transport.SystemClock{}
+		d.clock = clock.System{}
 	}
 	d.mem = mem.NewTable(cfg.Mem)
 	d.mtu = transport.MTUForNetdev(cfg.LinkMTU)
@@ -148,6 +149,15 @@ func NewDevice(cfg Config) (*Device, error) {
 		d.workers = append(d.workers, newWorker(d))
 	}
 	return d, nil
+}
+
+// Sync waits until the datapath workers have handled everything queued for
+// them before the call (received packets, doorbells, posts) and sent what
+// that produced; tests use it instead of waiting on wall time.
+func (d *Device) Sync() {
+	for _, w := range d.workers {
+		w.sync()
+	}
 }
 
 // workerFor is the worker that owns QP qpn: the same mapping as the link's

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/clock"
 )
 
 // worker is a datapath worker: it owns a set of QPs outright (both sides:
@@ -38,7 +39,6 @@ type worker struct {
 	cl     []call
 	dirty  []*QP
 	timers timerHeap
-	timer  *time.Timer
 	swr    transport.SendWR
 	rwr    transport.RecvWR
 }
@@ -57,8 +57,6 @@ func newWorker(d *Device) *worker {
 	w.env = d.env
 	w.env.Out = &w.out
 	w.out.d = d
-	w.timer = time.NewTimer(time.Hour)
-	w.timer.Stop()
 	go w.loop()
 	return w
 }
@@ -143,19 +141,31 @@ func (w *worker) take() bool {
 	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.due(w.d.clock.Now())
 }
 
-// sleep waits for a signal, the next timer or stop.
+// sleep waits for a signal, stop, or the next timer, which the device's
+// clock fires (so an injected clock drives the workers' timers too).
 func (w *worker) sleep() bool {
-	if t, ok := w.timers.next(); ok {
-		w.timer.Reset(max(t.Sub(w.d.clock.Now()), 0))
+	var t clock.Timer
+	if next, ok := w.timers.next(); ok {
+		t = w.d.clock.AfterFunc(max(next.Sub(w.d.clock.Now()), 0), w.signal)
 	}
+	stopped := false
 	select {
 	case <-w.wake:
-	case <-w.timer.C:
 	case <-w.stop:
-		return false
+		stopped = true
 	}
-	w.timer.Stop()
-	return true
+	if t != nil {
+		t.Stop()
+	}
+	return !stopped
+}
+
+// sync returns once the worker has finished every pass that took what was
+// queued before the call: the first call may share a pass with earlier
+// packets, the second is taken only after that pass has flushed.
+func (w *worker) sync() {
+	w.run(call{f: func() {}})
+	w.run(call{f: func() {}})
 }
 
 // pass runs one round: calls, received packets, doorbells, due timers, the

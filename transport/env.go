@@ -2,20 +2,17 @@ package transport
 
 import (
 	"log/slog"
-	"time"
 
+	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
-// Clock is the engine's only source of time, so tests drive time by hand.
-type Clock interface {
-	Now() time.Time
-}
+// Clock is the engine's only source of time, so tests drive time by hand:
+// the project's one clock (package clock; the engine reads only Now).
+type Clock = clock.Clock
 
 // SystemClock is the real monotonic clock.
-type SystemClock struct{}
-
-func (SystemClock) Now() time.Time { return time.Now() }
+type SystemClock = clock.System
 
 // TxPacket is one packet the engine sends. Buf[Headroom:] holds the transport
 // packet, BTH through the (still zero) ICRC; the link layer fills the headroom

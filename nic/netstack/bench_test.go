@@ -1,9 +1,11 @@
 package netstack
 
 import (
+	"github.com/vrnic/vrnicd/transport/clock"
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic/link"
 )
@@ -32,7 +34,7 @@ func BenchmarkSend(b *testing.B) {
 		a, peer := link.NewPipe(link.PipeConfig{MTU: 9000, MAC: [2]net.HardwareAddr{stackMAC, peerMAC}})
 		go drain(peer)
 		b.Cleanup(func() { a.Close(); peer.Close() })
-		st, err := New(Config{Link: a, Clock: NewManualClock(), Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
+		st, err := New(Config{Link: a, Clock: clock.NewManual(time.Unix(1_000_000, 0)), Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"io"
 	"net"
 	"net/netip"
@@ -34,7 +35,7 @@ type harness struct {
 	t      *testing.T
 	st     *Stack
 	peer   *link.PipeEnd
-	clock  *ManualClock
+	clock  *clock.Manual
 	rx     chan RxPacket
 	frames chan []byte // what the stack sent, read by one goroutine
 }
@@ -44,7 +45,7 @@ type harness struct {
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
 	a, b := link.NewPipe(link.PipeConfig{MTU: 9000, MAC: [2]net.HardwareAddr{stackMAC, peerMAC}})
-	h := &harness{t: t, peer: b, clock: NewManualClock(), rx: make(chan RxPacket, 1024), frames: make(chan []byte, 1024)}
+	h := &harness{t: t, peer: b, clock: clock.NewManual(time.Unix(1_000_000, 0)), rx: make(chan RxPacket, 1024), frames: make(chan []byte, 1024)}
 	go func() {
 		bufs := [][]byte{make([]byte, 9100)}
 		sizes := []int{0}

@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"github.com/vrnic/vrnicd/transport/clock"
 	"net/netip"
 	"sync"
 	"time"
@@ -60,7 +61,7 @@ type neighbor struct {
 	probes    int       // probes sent in the current round
 	lastProbe time.Time
 	queue     [][]byte // whole frames waiting for the MAC (dst MAC unset)
-	timer     Timer
+	timer     clock.Timer
 }
 
 // probe is a solicitation to send once the table lock is released.
@@ -77,7 +78,7 @@ type neighTable struct {
 	mu     sync.RWMutex
 	m      map[netip.Addr]*neighbor
 	cfg    NeighConfig
-	clock  Clock
+	clock  clock.Clock
 	kernel bool
 	ctr    *Counters
 
@@ -86,9 +87,9 @@ type neighTable struct {
 	recheck func(ip netip.Addr) ([6]byte, bool) // raw mode: ask the kernel directly
 }
 
-func newNeighTable(cfg NeighConfig, clock Clock, ctr *Counters) *neighTable {
+func newNeighTable(cfg NeighConfig, clk clock.Clock, ctr *Counters) *neighTable {
 	cfg.setDefaults()
-	return &neighTable{m: map[netip.Addr]*neighbor{}, cfg: cfg, clock: clock, ctr: ctr}
+	return &neighTable{m: map[netip.Addr]*neighbor{}, cfg: cfg, clock: clk, ctr: ctr}
 }
 
 // lookup returns ip's MAC if usable. It is the send fast path: a read lock,

@@ -3,6 +3,7 @@ package netstack
 import (
 	"context"
 	"encoding/binary"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"net"
 	"net/netip"
 	"strings"
@@ -227,7 +228,7 @@ func TestRawModeInNetns(t *testing.T) {
 	}()
 	// A RoCE frame from R2 to R1, built by a scratch stack.
 	cl := newCaptureLink(capt.HardwareAddr())
-	b, err := New(Config{Link: cl, Addrs: []netip.Prefix{netip.MustParsePrefix("198.51.100.2/24")}, Clock: NewManualClock()})
+	b, err := New(Config{Link: cl, Addrs: []netip.Prefix{netip.MustParsePrefix("198.51.100.2/24")}, Clock: clock.NewManual(time.Unix(1_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,12 @@ package netstack
 
 import (
 	"encoding/binary"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"net"
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/transport/wire"
@@ -50,7 +52,7 @@ var _ link.Link = (*captureLink)(nil)
 // TestSendMatchesKernelRxe).
 func peerFrame(t testing.TB, v6 bool, payload int, zeroCsum bool) []byte {
 	cl := newCaptureLink(peerMAC)
-	ps, err := New(Config{Link: cl, ZeroUDP6Checksum: zeroCsum, Clock: NewManualClock(),
+	ps, err := New(Config{Link: cl, ZeroUDP6Checksum: zeroCsum, Clock: clock.NewManual(time.Unix(1_000_000, 0)),
 		Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.20/24"), netip.MustParsePrefix("2001:db8::20/64")}})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +71,7 @@ func peerFrame(t testing.TB, v6 bool, payload int, zeroCsum bool) []byte {
 }
 
 func rxStack(t testing.TB) *Stack {
-	st, err := New(Config{Link: newCaptureLink(stackMAC), Clock: NewManualClock(),
+	st, err := New(Config{Link: newCaptureLink(stackMAC), Clock: clock.NewManual(time.Unix(1_000_000, 0)),
 		Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}})
 	if err != nil {
 		t.Fatal(err)

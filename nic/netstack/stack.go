@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -67,7 +68,7 @@ type Config struct {
 	// Tap, if set, sees every RoCEv2 frame sent and received.
 	Tap   FrameTap
 	Neigh NeighConfig
-	Clock Clock // default SystemClock
+	Clock clock.Clock // default the system clock
 	// HopLimit used when a Dest leaves it 0; default 64.
 	HopLimit uint8
 	// ZeroUDP6Checksum sends IPv6 UDP checksum 0, as kernel rxe does (its
@@ -87,7 +88,7 @@ type Stack struct {
 	link  link.Link
 	mac   [6]byte
 	mtu   int
-	clock Clock
+	clock clock.Clock
 	log   *slog.Logger
 	neigh *neighTable
 	addrs atomic.Pointer[addrSet]
@@ -150,7 +151,7 @@ func New(cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("netstack: MAC %v is not a unicast Ethernet address", cfg.MAC)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = SystemClock{}
+		cfg.Clock = clock.System{}
 	}
 	if cfg.HopLimit == 0 {
 		cfg.HopLimit = 64

@@ -3,13 +3,13 @@ package cm
 import (
 	"container/heap"
 	"time"
+
+	"github.com/vrnic/vrnicd/transport/clock"
 )
 
-// Clock is the package's only source of time (transport.Clock and
-// transporttest.ManualClock satisfy it), so tests move time by hand.
-type Clock interface {
-	Now() time.Time
-}
+// Clock is the package's only source of time (the project's one clock;
+// the table reads only Now), so tests move time by hand.
+type Clock = clock.Clock
 
 // IBATime is the duration an IBA timeout exponent stands for, 4.096 µs ×
 // 2^x (IBA 12.7.8 "CM Response Timeout", 9.7.6.1.3 "Local ACK Timeout"). A

@@ -5,39 +5,15 @@
 package transporttest
 
 import (
-	"sync"
 	"time"
+
+	"github.com/vrnic/vrnicd/transport/clock"
 )
 
-// ManualClock is a transport.Clock that moves only when told to.
-type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// ManualClock is the project's manual clock (clock.Manual).
+type ManualClock = clock.Manual
 
-// NewManualClock starts at a fixed, arbitrary moment.
+// NewManualClock starts a manual clock at a fixed, arbitrary moment.
 func NewManualClock() *ManualClock {
-	return &ManualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// AdvanceTo moves the clock to t if t is later.
-func (c *ManualClock) AdvanceTo(t time.Time) {
-	c.mu.Lock()
-	if t.After(c.now) {
-		c.now = t
-	}
-	c.mu.Unlock()
+	return clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
