@@ -21,6 +21,7 @@ import (
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/nic/metrics"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -50,6 +51,7 @@ type daemon struct {
 	dev  *nic.Device
 	gids *gid.Table
 	pcap *pcapTap
+	mets *metricsServer // nil without --metrics
 
 	cancel  context.CancelFunc
 	runDone chan error // netstack Run's result
@@ -165,6 +167,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.startMetrics(srv.Clients); err != nil {
+		return nil, err
+	}
 	d.sess = newSessions(sock.ln, srv, d.log)
 	d.sess.start()
 
@@ -176,6 +181,24 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.log.Info("vrnicd ready", d.summary()...)
 	d.notify(sd.SdNotifyReady)
 	return d, nil
+}
+
+// startMetrics serves --metrics, if given.
+func (d *daemon) startMetrics(clients func() int) error {
+	if d.cfg.Metrics == "" {
+		return nil
+	}
+	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.st.Counters().Each,
+		Daemon: d.daemonCounters, Clients: clients}, d.log)
+	if err != nil {
+		return err
+	}
+	d.mets = m
+	return nil
+}
+
+// daemonCounters are the daemon's own counters, for the metrics.
+func (d *daemon) daemonCounters(yield func(name string, v uint64)) {
 }
 
 // openLink opens the TAP or the raw interface and turns the errors a user
@@ -268,6 +291,9 @@ func (d *daemon) summary() []any {
 	if p := d.pcap.current(); p != "" {
 		a = append(a, "pcap", p)
 	}
+	if d.mets != nil {
+		a = append(a, "metrics", d.mets.addr())
+	}
 	return a
 }
 
@@ -350,6 +376,9 @@ func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
 		defer close(done)
 		step.Store("closing the client socket")
 		d.sess.stopAccepting()
+		if d.mets != nil {
+			d.mets.close()
+		}
 		step.Store("closing client sessions")
 		if !d.sess.closeAll(sessionCloseWait) {
 			d.log.Warn("client sessions did not end in time", "clients", d.sess.count())
@@ -435,6 +464,8 @@ func (d *daemon) reload() {
 	restart("name", nc.Name != old.Name, old.Name, nc.Name)
 	restart("socket", nc.Socket != old.Socket, old.Socket, nc.Socket)
 	restart("log_format", nc.LogFormat != old.LogFormat, old.LogFormat, nc.LogFormat)
+	restart("metrics", nc.Metrics != old.Metrics, old.Metrics, nc.Metrics)
+	nc.Metrics = old.Metrics
 	nc.Mode, nc.Iface, nc.MAC, nc.MACSet, nc.MTU = old.Mode, old.Iface, old.MAC, old.MACSet, old.MTU
 	nc.Name, nc.Socket, nc.LogFormat = old.Name, old.Socket, old.LogFormat
 	d.cfg = nc

@@ -93,6 +93,8 @@ Options:
   --log-format FORMAT  text or json (default text)
   --pcap FILE          write every RoCEv2 frame sent and received to FILE
                        (pcap, opens in Wireshark)
+  --metrics ADDR       serve Prometheus metrics on http://ADDR/metrics:
+                       HOST:PORT (TCP) or unix:PATH (default: off)
   --version            print the version and exit
   --help               print this help and exit
 
@@ -140,6 +142,7 @@ func parseArgs(args []string) (*options, error) {
 	o := &options{fs: fs}
 	var (
 		iface, mac, name, socket, group, level, format, pcap string
+		metricsAddr                                          string
 		ips                                                  ipFlag
 		mtu                                                  intFlag
 	)
@@ -157,6 +160,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&level, "log-level", "", "")
 	fs.StringVar(&format, "log-format", "", "")
 	fs.StringVar(&pcap, "pcap", "", "")
+	fs.StringVar(&metricsAddr, "metrics", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			o.help = true
@@ -194,6 +198,8 @@ func parseArgs(args []string) (*options, error) {
 			r.logFormat = setting[string]{format, origin}
 		case "pcap":
 			r.pcap = setting[string]{pcap, origin}
+		case "metrics":
+			r.metrics = setting[string]{metricsAddr, origin}
 		}
 	})
 	return o, nil
@@ -222,6 +228,7 @@ func (o *options) load() (*Config, error) {
 	over(&raw.logLevel, f.logLevel)
 	over(&raw.logFormat, f.logFormat)
 	over(&raw.pcap, f.pcap)
+	over(&raw.metrics, f.metrics)
 	if f.ip.set() {
 		raw.ip = f.ip
 	}
