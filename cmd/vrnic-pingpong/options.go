@@ -7,10 +7,11 @@ import (
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
 	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // DefaultSocket is where vrnicd listens unless configured otherwise.
-const DefaultSocket = "/run/vrnicd/vrnicd.sock"
+const DefaultSocket = verbs.DefaultSocket
 
 // mode is one of the rdma-core examples this tool stands in for: its QP
 // type, its command line (getopt string, long names, defaults) and its
@@ -73,7 +74,7 @@ func (e *errUsage) Error() string { return e.msg }
 // chosen tool's options and its optional server name.
 func parseArgs(args []string) (*config, error) {
 	m := modes["rc"]
-	cfg := &config{mode: m, socket: DefaultSocket}
+	cfg := &config{mode: m, socket: verbs.SocketPath()}
 	// --mode decides which options exist; find it first.
 	var rest []string
 	for i := 0; i < len(args); i++ {
@@ -202,7 +203,7 @@ func usage(w io.Writer, m *mode) {
 	fmt.Fprintf(w, "\nThe vrnicd counterpart of %s; either side can be the real one.\n", m.tool)
 	fmt.Fprintf(w, "\nOptions:\n")
 	fmt.Fprintf(w, "  --mode=rc|uc|ud|srq    which pingpong (default rc)\n")
-	fmt.Fprintf(w, "  --socket=<path>        vrnicd's socket (default %s)\n", DefaultSocket)
+	fmt.Fprintf(w, "  --socket=<path>        vrnicd's socket (default $%s, else %s)\n", verbs.SocketEnv, DefaultSocket)
 	fmt.Fprintf(w, "  -p, --port=<port>      listen on/connect to port <port> (default 18515)\n")
 	fmt.Fprintf(w, "  -d, --ib-dev=<dev>     use IB device <dev> (default: the daemon's)\n")
 	fmt.Fprintf(w, "  -i, --ib-port=<port>   use port <port> of IB device (default 1)\n")
