@@ -19,6 +19,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/capture"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/metrics"
@@ -51,6 +52,7 @@ type daemon struct {
 	dev  *nic.Device
 	gids *gid.Table
 	pcap *pcapTap
+	hub  *capture.Hub   // live capture (vrnicctl capture)
 	mets *metricsServer // nil without --metrics
 
 	cancel  context.CancelFunc
@@ -81,7 +83,7 @@ func newLogger(format string, w io.Writer, level *slog.LevelVar) slog.Handler {
 // the accept loop; READY=1 goes to systemd when all of it is up. On error
 // everything already opened is closed again.
 func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
-	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, runDone: make(chan error, 1)}
+	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, hub: &capture.Hub{}, runDone: make(chan error, 1)}
 	d.level.Set(cfg.LogLevel)
 	gate := newGate(newLogger(cfg.LogFormat, stderr, d.level))
 	d.log = slog.New(gate)
@@ -144,7 +146,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 				d.log.Warn("GID table", "err", err)
 			}
 		},
-		Tap:    d.pcap,
+		Tap:    teeTap{d.pcap, d.hub},
 		Logger: d.log,
 	})
 	if err != nil {
@@ -163,7 +165,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cancel = cancel
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.log)
+	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, captureGID(cfg.SocketGID), d.log)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +201,7 @@ func (d *daemon) startMetrics(clients func() int) error {
 
 // daemonCounters are the daemon's own counters, for the metrics.
 func (d *daemon) daemonCounters(yield func(name string, v uint64)) {
+	d.hub.Each(yield)
 }
 
 // openLink opens the TAP or the raw interface and turns the errors a user

@@ -23,8 +23,8 @@ var helps = map[string]string{
 	"rcvd_dropped":                 "Packets dropped (bad Q_Key, no WQE on UD, UC gap, ...)",
 	"naks_sent":                    "NAKs sent",
 	"closed_qp_acks":               "Duplicates a destroyed QP acknowledged again",
-	"capture_dropped_frames":       "Frames live capture dropped for a reader that kept up too slowly",
-	"capture_frames":               "Frames live capture delivered to readers",
+	"capture_dropped_frames":       "Frames live capture dropped because a reader's queue was full",
+	"capture_frames":               "Frames live capture queued for readers",
 }
 
 func help(name string) string {

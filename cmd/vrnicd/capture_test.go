@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
+)
+
+// TestLiveCapture: `vrnicctl capture -w - --count N | tshark -r -` on a
+// running daemon decodes the RC SEND it carries, frame by frame as the
+// stream comes, with no restart and no --pcap.
+func TestLiveCapture(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("tshark not installed (apt-get install tshark)")
+	}
+	n := newE2ENet(t)
+	a := e2eOpen(t, n.sockA, e2eA4, e2eA6).end(verbs.QPTypeRC, nil, 1<<16)
+	b := e2eOpen(t, n.sockB, e2eB4, e2eB6).end(verbs.QPTypeRC, nil, 1<<16)
+	e2eConnect(t, a, b, e2eLink{})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const frames = 5 // the five packets of a 5000-byte SEND at MTU 1024, or their ACKs
+	ctl := exec.CommandContext(ctx, n.vrnicctl, "--socket", n.sockA, "capture", "-w", "-", "--count", strconv.Itoa(frames))
+	ts := exec.CommandContext(ctx, tshark, "-r", "-", "-Y", "infiniband", "-T", "fields",
+		"-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctlErr, tsOut, tsErr bytes.Buffer
+	ctl.Stdout, ctl.Stderr = pw, &ctlErr
+	ts.Stdin, ts.Stdout, ts.Stderr = pr, &tsOut, &tsErr
+	if err := ts.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	pr.Close()
+	n.a.log.waitRecord(t, 0, "live capture started", 10*time.Second)
+
+	if err := b.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{b.mr.SGE(0, 8192)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{a.mr.SGE(0, 5000)}}); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, b.rcq, 1, verbs.WCRecv)
+	ok(t, a.scq, 2, verbs.WCSend)
+
+	if err := ctl.Wait(); err != nil {
+		t.Fatalf("vrnicctl capture: %v; stderr %q", err, ctlErr.String())
+	}
+	if err := ts.Wait(); err != nil {
+		t.Fatalf("tshark: %v; stderr %q", err, tsErr.String())
+	}
+	if got := strings.TrimSpace(ctlErr.String()); got != strconv.Itoa(frames)+" frames captured" {
+		t.Errorf("vrnicctl stderr %q", got)
+	}
+	lines := strings.Split(strings.TrimSpace(tsOut.String()), "\n")
+	if len(lines) != frames {
+		t.Fatalf("tshark decoded %d InfiniBand frames, want %d:\n%s\nstderr %s", len(lines), frames, tsOut.String(), tsErr.String())
+	}
+	// RC opcodes (IBA 9.2, Table 38): SEND First 0, Middle 1, Last 2
+	// (Only, 4, is not for 5000 bytes), ACKNOWLEDGE 17.
+	seen := map[uint64]bool{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			t.Fatalf("tshark line %q", l)
+		}
+		op, err1 := strconv.ParseUint(f[0], 0, 8)
+		qp, err2 := strconv.ParseUint(f[1], 0, 24)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("tshark line %q", l)
+		}
+		seen[op] = true
+		switch op {
+		case 0, 1, 2:
+			if uint32(qp) != b.qp.QPN() {
+				t.Errorf("SEND packet to QP %#x, want B's %#x", qp, b.qp.QPN())
+			}
+		case 17:
+			if uint32(qp) != a.qp.QPN() {
+				t.Errorf("ACK to QP %#x, want A's %#x", qp, a.qp.QPN())
+			}
+		default:
+			t.Errorf("opcode %d in %q", op, l)
+		}
+	}
+	if !seen[0] {
+		t.Errorf("no SEND First among %q", lines)
+	}
+	n.a.log.waitRecord(t, 0, "live capture ended", 5*time.Second)
+}
+
+// Live capture shows every client's traffic: root, the daemon's user and
+// the socket's group may start one, another user who can reach the socket
+// may not (while the admin reads stay open to every client).
+func TestLiveCapturePermission(t *testing.T) {
+	linktest.RequireRoot(t)
+	_, ctl := binaries(t)
+	ns := linktest.NewNS(t, "vcp")
+	dir := mkWorldDir(t)
+	nobody := []string{"setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", ctl}
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(args[0], args[1:]...)
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+
+	// No socket group: the daemon's (root's) group; the socket opened to all.
+	sock := filepath.Join(dir, "a.sock")
+	startDaemon(t, ns, nil, "--iface", "tap:"+linktest.UniqueName("vt"), "--ip", "192.0.2.10/24", "--socket", sock)
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run(append(nobody, "--socket", sock, "capture", "-w", "/dev/null", "--count", "1")...); code != exitFail ||
+		!strings.Contains(out, "neither root nor in group 0") {
+		t.Errorf("capture as nobody: exit %d, %q", code, out)
+	}
+	if code, out := run(append(nobody, "--socket", sock, "stat")...); code != 0 {
+		t.Errorf("stat as nobody: exit %d, %q", code, out)
+	}
+
+	// Socket group 65534: its members may capture.
+	sock2 := filepath.Join(dir, "b.sock")
+	d := startDaemon(t, ns, nil, "--iface", "tap:"+linktest.UniqueName("vt"), "--ip", "192.0.2.11/24", "--socket", sock2,
+		"--socket-group", "65534")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nobody[0], append(nobody[1:], "--socket", sock2, "capture", "-w", "/dev/null")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.log.waitRecord(t, 0, "live capture started", 10*time.Second)
+	cmd.Process.Signal(syscall.SIGINT) // by PID: ours
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "0 frames captured") {
+		t.Errorf("capture as a member of the socket's group, stopped by SIGINT: %v, %q", err, out.String())
+	}
+	d.log.waitRecord(t, 0, "live capture ended", 5*time.Second)
+}
