@@ -44,6 +44,21 @@ var modes = map[string]*mode{
 			'n': "iters", 'l': "sl", 'e': "events", 'o': "odp", 'g': "gid-idx", 'c': "chk"}},
 }
 
+// options is the mode's getopt table, from its getopt string and long
+// names.
+func (m *mode) options() []getopt.Option {
+	var opts []getopt.Option
+	for i := 0; i < len(m.short); i++ {
+		c := m.short[i]
+		hasArg := i+1 < len(m.short) && m.short[i+1] == ':'
+		if hasArg {
+			i++
+		}
+		opts = append(opts, getopt.Option{Short: c, Long: m.long[c], HasArg: hasArg})
+	}
+	return opts
+}
+
 // config is a parsed command line.
 type config struct {
 	mode       *mode
@@ -112,16 +127,7 @@ func parseArgs(args []string) (*config, error) {
 	if cfg.help {
 		return cfg, nil
 	}
-	var opts []getopt.Option
-	for i := 0; i < len(m.short); i++ {
-		c := m.short[i]
-		hasArg := i+1 < len(m.short) && m.short[i+1] == ':'
-		if hasArg {
-			i++
-		}
-		opts = append(opts, getopt.Option{Short: c, Long: m.long[c], HasArg: hasArg})
-	}
-	parsed, operands, err := getopt.Parse(opts, rest)
+	parsed, operands, err := getopt.Parse(m.options(), rest)
 	if err != nil {
 		return cfg, &errUsage{err.Error()}
 	}

@@ -21,6 +21,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
 )
 
 // Exit statuses.
@@ -61,6 +63,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // run dispatches a command line (without the program name) and returns the
 // exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if ok, code := docgen.Handle(args, docPage, stdout, stderr); ok {
+		return code
+	}
 	lead, args, err := leadingFlags(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "vrnicctl: %v; run 'vrnicctl help'\n", err)

@@ -17,6 +17,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
 )
 
 // Exit statuses.
@@ -248,6 +250,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // run is the whole program; it returns the exit status. Every failure is
 // one line on stderr.
 func run(args []string, stdout, stderr io.Writer) int {
+	if ok, code := docgen.Handle(args, docPage, stdout, stderr); ok {
+		return code
+	}
 	o, err := parseArgs(args)
 	if err != nil {
 		return fail(stderr, err)
