@@ -4,9 +4,11 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/vrnic/vrnicd/nic/capture"
+	"github.com/vrnic/vrnicd/nic/metrics"
+	"github.com/vrnic/vrnicd/nic/nictest"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
@@ -21,9 +26,15 @@ import (
 // format with the Prometheus library's parser.
 func scrape(t *testing.T, path string) map[string]*dto.MetricFamily {
 	t.Helper()
+	return scrapeAt(t, "unix", path)
+}
+
+// scrapeAt scrapes http://ADDR/metrics over network ("tcp" or "unix").
+func scrapeAt(t *testing.T, network, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		}}}
 	req, _ := http.NewRequest("GET", "http://vrnicd/metrics", nil)
 	req.Header.Set("Accept", "text/plain; version=0.0.4")
@@ -145,4 +156,53 @@ func TestMetrics(t *testing.T) {
 	if sent, _ := series(gone, "vrnicd_sent_pkts_total", nil); sent < sent0+5 {
 		t.Errorf("the device total %v lost the destroyed QP's packets", sent)
 	}
+}
+
+// The listener on TCP (port 0: the one chosen is reported), the daemon's
+// own counters and the client count; a stale Unix socket is replaced, a
+// live one refused; close stops serving.
+func TestMetricsListener(t *testing.T) {
+	h, _ := nictest.Pair(t, 1500)
+	hub := &capture.Hub{}
+	src := metrics.Source{Device: h.Dev, Port: h.Stack.Counters().Each, Daemon: hub.Each, Clients: func() int { return 3 }}
+	log := slog.New(slog.DiscardHandler)
+	m, err := startMetrics("127.0.0.1:0", src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := m.addr()
+	mfs := scrapeAt(t, "tcp", addr)
+	if v, _ := series(mfs, "vrnicd_clients", map[string]string{"device": "vrnic0"}); v != 3 {
+		t.Errorf("vrnicd_clients = %v, want 3", v)
+	}
+	for _, n := range []string{"vrnicd_capture_frames_total", "vrnicd_capture_dropped_frames_total", "vrnicd_closed_qp_acks_total"} {
+		if mf := mfs[n]; mf == nil || mf.GetType() != dto.MetricType_COUNTER {
+			t.Errorf("%s: %v", n, mf)
+		}
+	}
+	if _, dup := mfs["vrnicd_port_icrc_errors_total"]; dup {
+		t.Error("icrc_errors exported twice: the port's is in vrnicd_icrc_errors_total")
+	}
+	m.close()
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Error("still listening after close")
+	}
+
+	path := filepath.Join(t.TempDir(), "m.sock")
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	m, err = startMetrics("unix:"+path, src, log)
+	if err != nil {
+		t.Fatalf("over a stale socket: %v", err)
+	}
+	defer m.close()
+	if _, err := startMetrics("unix:"+path, src, log); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("a second listener on a live socket: %v", err)
+	}
+	scrape(t, path)
 }
