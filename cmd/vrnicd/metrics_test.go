@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
