@@ -42,15 +42,17 @@ type Hub struct {
 	dropped atomic.Uint64 // frames dropped for full queues, over all
 }
 
-// Sub is one subscriber.
+// Sub is one subscriber. Its queue is never closed, so the datapath sends
+// without a lock; Done tells the reader the subscription is over.
 type Sub struct {
 	h       *Hub
 	ch      chan Frame
 	filter  func(frame []byte) bool
 	snaplen int
 
-	mu     sync.RWMutex // WriteFrame's sends (read side) against close
-	closed bool
+	closed atomic.Bool
+	done   chan struct{}
+	once   sync.Once
 
 	frames  atomic.Uint64
 	dropped atomic.Uint64
@@ -64,18 +66,18 @@ func (h *Hub) Subscribe(depth, snaplen int, filter func(frame []byte) bool) (*Su
 		depth = DefaultDepth
 	}
 	depth = min(depth, MaxDepth)
-	max := h.MaxSubs
-	if max <= 0 {
-		max = DefaultMaxSubs
+	limit := h.MaxSubs
+	if limit <= 0 {
+		limit = DefaultMaxSubs
 	}
-	s := &Sub{h: h, ch: make(chan Frame, depth), filter: filter, snaplen: snaplen}
+	s := &Sub{h: h, ch: make(chan Frame, depth), filter: filter, snaplen: snaplen, done: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var cur []*Sub
 	if p := h.subs.Load(); p != nil {
 		cur = *p
 	}
-	if len(cur) >= max {
+	if len(cur) >= limit {
 		return nil, ErrTooMany
 	}
 	next := append(append(make([]*Sub, 0, len(cur)+1), cur...), s)
@@ -98,12 +100,7 @@ func (h *Hub) WriteFrame(frame []byte) error {
 
 // offer queues a copy of frame, or counts it dropped; it never blocks.
 func (s *Sub) offer(now time.Time, frame []byte) {
-	if s.filter != nil && !s.filter(frame) {
-		return
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	if s.closed.Load() || s.filter != nil && !s.filter(frame) {
 		return
 	}
 	if len(s.ch) == cap(s.ch) { // full: do not even copy
@@ -129,11 +126,16 @@ func (s *Sub) drop() {
 	s.h.dropped.Add(1)
 }
 
-// Frames is the subscriber's queue; it is closed by Close.
+// Frames is the subscriber's queue. It is never closed: read it until
+// Done.
 func (s *Sub) Frames() <-chan Frame { return s.ch }
 
-// Close unsubscribes; frames still queued can be read until the channel
-// ends. Close may be called more than once.
+// Done is closed by Close.
+func (s *Sub) Done() <-chan struct{} { return s.done }
+
+// Close unsubscribes; frames still queued stay readable. Close may be
+// called more than once, from any goroutine. A WriteFrame that loaded the
+// subscriber list before Close may still queue a frame or two after it.
 func (s *Sub) Close() {
 	h := s.h
 	h.mu.Lock()
@@ -147,12 +149,8 @@ func (s *Sub) Close() {
 		h.subs.Store(&next)
 	}
 	h.mu.Unlock()
-	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
-		close(s.ch)
-	}
-	s.mu.Unlock()
+	s.closed.Store(true)
+	s.once.Do(func() { close(s.done) })
 }
 
 // Stats are one subscriber's counts: frames queued for it and frames

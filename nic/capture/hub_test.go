@@ -87,12 +87,10 @@ func TestSlowSubscriberDrops(t *testing.T) {
 	if h.Active() != 1 {
 		t.Errorf("%d active after a Close", h.Active())
 	}
-	n := 0
-	for range stuck.Frames() {
-		n++
-	}
-	if n != 8 {
-		t.Errorf("%d frames readable after Close, want the 8 queued", n)
+	<-stuck.Done()
+	h.WriteFrame(roceFrame(0x11, false, 1))
+	if f, _ := stuck.Stats(); f != 8 || len(stuck.Frames()) != 8 {
+		t.Errorf("after Close: %d queued, %d readable; want the 8 queued before", f, len(stuck.Frames()))
 	}
 }
 
@@ -135,7 +133,12 @@ func TestConcurrentSubscribe(t *testing.T) {
 			t.Fatal(err)
 		}
 		go func() {
-			for range s.Frames() {
+			for {
+				select {
+				case <-s.Frames():
+				case <-s.Done():
+					return
+				}
 			}
 		}()
 		s.Close()

@@ -172,7 +172,7 @@ func (c *conn) streamCapture(sub *capture.Sub, nc net.Conn, theirs int, snap int
 		case <-quit:
 		}
 		nc.Close()
-		sub.Close() // ends writeCapture's range when no frame comes
+		sub.Close() // ends writeCapture when no frame comes
 	}()
 
 	var start [1]byte
@@ -217,7 +217,13 @@ func writeCapture(sub *capture.Sub, w net.Conn, snap int) error {
 		return err
 	}
 	frames := sub.Frames()
-	for f := range frames {
+	for {
+		var f capture.Frame
+		select {
+		case f = <-frames:
+		case <-sub.Done():
+			return bw.Flush()
+		}
 		ci := gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: f.Len}
 		if err := pw.WritePacket(ci, f.Data); err != nil {
 			return err
@@ -228,5 +234,4 @@ func writeCapture(sub *capture.Sub, w net.Conn, snap int) error {
 			}
 		}
 	}
-	return bw.Flush()
 }
