@@ -38,12 +38,12 @@ func init() {
 				if *qp != "" {
 					n, err := strconv.ParseUint(*qp, 0, 24)
 					if err != nil {
-						return fmt.Errorf("--qp %q is not a QPN", *qp)
+						return &usageError{fmt.Sprintf("--qp %q is not a QPN", *qp)}
 					}
 					o.FilterQP, o.QPN = true, uint32(n)
 				}
 				if *count < 0 || *snap < 0 || *depth < 0 {
-					return errors.New("--count, --snaplen and --depth take 0 or more")
+					return &usageError{"--count, --snaplen and --depth take 0 or more"}
 				}
 				return runCapture(*sock, o, *out, *count, stdout, stderr)
 			}
@@ -54,11 +54,9 @@ func init() {
 // runCapture copies the daemon's stream to the output a frame at a time,
 // flushing each, until --count frames, SIGINT or the daemon's end.
 func runCapture(sock string, o verbs.CaptureOptions, out string, count int, stdout, stderr io.Writer) error {
-	w, closeOut, err := captureOutput(out, stdout)
-	if err != nil {
-		return err
+	if out == "-" && isTerminal(stdout) {
+		return errors.New("stdout is a terminal: write to a file (-w FILE) or pipe into tshark -r - or wireshark -k -i -")
 	}
-	defer closeOut()
 	d, err := openDevice(sock)
 	if err != nil {
 		return err
@@ -68,6 +66,13 @@ func runCapture(sock string, o verbs.CaptureOptions, out string, count int, stdo
 	if err != nil {
 		return err
 	}
+	// The file is made only once the daemon said yes: a refused capture
+	// does not truncate it.
+	w, closeOut, err := captureOutput(out, stdout)
+	if err != nil {
+		return err
+	}
+	defer closeOut()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() { <-ctx.Done(); c.Close() }()
@@ -113,19 +118,24 @@ func copyCapture(c *verbs.Capture, w io.Writer, count int) (int, error) {
 	return n, nil
 }
 
-// captureOutput opens -w: a file, or stdout unless it is a terminal.
+// captureOutput opens -w: a file, or stdout.
 func captureOutput(out string, stdout io.Writer) (io.Writer, func(), error) {
-	if out != "-" {
-		f, err := os.OpenFile(out, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-		if err != nil {
-			return nil, nil, err
-		}
-		return f, func() { f.Close() }, nil
+	if out == "-" {
+		return stdout, func() {}, nil
 	}
-	if f, ok := stdout.(*os.File); ok {
-		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			return nil, nil, errors.New("stdout is a terminal: write to a file (-w FILE) or pipe into tshark -r - or wireshark -k -i -")
-		}
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return nil, nil, err
 	}
-	return stdout, func() {}, nil
+	return f, func() { f.Close() }, nil
+}
+
+// isTerminal: pcap bytes are no use on a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }

@@ -54,3 +54,17 @@ func TestSocketFromEnv(t *testing.T) {
 		t.Fatalf("help: %d %q", rc, out)
 	}
 }
+
+// capture's bad arguments are usage errors, found before the daemon is
+// asked; an unreachable daemon is a failure.
+func TestCaptureCommandLine(t *testing.T) {
+	sock := t.TempDir() + "/none.sock"
+	for _, args := range [][]string{{"--qp", "nope"}, {"--qp", "0x1000000"}, {"--count", "-1"}, {"extra"}} {
+		if rc, _, errOut := runCmd(append([]string{"capture", "-w", t.TempDir() + "/x.pcap", "--socket", sock}, args...)...); rc != exitUsage {
+			t.Errorf("capture %q: exit %d, stderr %q; want %d", args, rc, errOut, exitUsage)
+		}
+	}
+	if rc, _, errOut := runCmd("capture", "-w", t.TempDir()+"/x.pcap", "--socket", sock); rc != exitFail || !strings.Contains(errOut, "cannot reach vrnicd") {
+		t.Errorf("capture without a daemon: exit %d, stderr %q", rc, errOut)
+	}
+}

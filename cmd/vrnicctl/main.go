@@ -111,6 +111,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := runIt(pos, stdout, stderr); err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) { // an argument the flag package could not judge
+			fmt.Fprintf(stderr, "vrnicctl %s: %s\n", c.Name, ue.msg)
+			commandUsage(c, stderr)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "vrnicctl %s: %s\n", c.Name, strings.ReplaceAll(err.Error(), "\n", " "))
 		return exitFail
 	}
@@ -149,7 +155,8 @@ func leadingFlags(args []string) (lead, rest []string, err error) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: vrnicctl [--socket PATH] [--json] COMMAND [ARGS]")
+	fmt.Fprintln(w, "usage: vrnicctl COMMAND [ARGS]")
+	fmt.Fprintln(w, "       vrnicctl [--socket PATH] [--json] COMMAND [ARGS]")
 	fmt.Fprintln(w, "\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {

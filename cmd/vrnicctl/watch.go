@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -79,6 +78,12 @@ func addWatchFlags(fs *flag.FlagSet) *watchOpts {
 	return o
 }
 
+// usageError is a bad command line found by a command's run: exit 2 with
+// the command's usage, as for a bad flag.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
 // positional takes "stat --watch 2"'s 2; stat has no other argument.
 func (o *watchOpts) positional(args []string) error {
 	switch {
@@ -86,17 +91,17 @@ func (o *watchOpts) positional(args []string) error {
 	case len(args) == 1 && o.w.on:
 		d, err := parseSeconds(args[0])
 		if err != nil {
-			return fmt.Errorf("--watch: %v", err)
+			return &usageError{fmt.Sprintf("--watch: %v", err)}
 		}
 		o.w.every = d
 	default:
-		return fmt.Errorf("unexpected argument %q", args[0])
+		return &usageError{fmt.Sprintf("unexpected argument %q", args[0])}
 	}
 	if *o.count < 0 {
-		return errors.New("--count: must be 0 or more")
+		return &usageError{"--count: must be 0 or more"}
 	}
 	if *o.count > 0 && !o.w.on {
-		return errors.New("--count goes with --watch")
+		return &usageError{"--count goes with --watch"}
 	}
 	return nil
 }

@@ -60,8 +60,8 @@ func TestStatWatch(t *testing.T) {
 		t.Fatalf("stat --watch text: exit %d, %q %q", rc, out, errOut)
 	}
 	for _, args := range [][]string{{"stat", "5"}, {"stat", "--count", "2"}, {"stat", "--watch", "0"}, {"stat", "--watch=x"}} {
-		if rc, _, _ := runCmd(append(args, "--socket", sock)...); rc == 0 {
-			t.Errorf("%q succeeded", args)
+		if rc, _, errOut := runCmd(append(args, "--socket", sock)...); rc != exitUsage || !strings.Contains(errOut, "usage: vrnicctl stat") {
+			t.Errorf("%q: exit %d, stderr %q; want %d and the usage", args, rc, errOut, exitUsage)
 		}
 	}
 }
