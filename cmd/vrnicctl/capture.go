@@ -57,6 +57,10 @@ func runCapture(sock string, o verbs.CaptureOptions, out string, count int, stdo
 	if out == "-" && isTerminal(stdout) {
 		return errors.New("stdout is a terminal: write to a file (-w FILE) or pipe into tshark -r - or wireshark -k -i -")
 	}
+	// Signals are ours before the capture starts: a SIGINT from then on
+	// ends it cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	d, err := openDevice(sock)
 	if err != nil {
 		return err
@@ -73,8 +77,6 @@ func runCapture(sock string, o verbs.CaptureOptions, out string, count int, stdo
 		return err
 	}
 	defer closeOut()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	go func() { <-ctx.Done(); c.Close() }()
 	defer c.Close()
 
