@@ -69,7 +69,7 @@ func New(src Source) *Collector {
 				c.port[n] = nil
 				return
 			}
-			c.port[n] = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", n+"_total"),
+			c.port[n] = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", promName(n)+"_total"),
 				"Port (link layer) counter "+n+".", nil, dl)
 		})
 	}
@@ -83,6 +83,17 @@ func New(src Source) *Collector {
 		c.clients = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "clients"), "Connected client processes.", nil, dl)
 	}
 	return c
+}
+
+// promNames rename the counters whose names Prometheus' conventions read
+// otherwise: "us" is its abbreviation of microseconds.
+var promNames = map[string]string{"not_for_us": "not_ours"}
+
+func promName(n string) string {
+	if p, ok := promNames[n]; ok {
+		return p
+	}
+	return n
 }
 
 // Describe implements prometheus.Collector.
