@@ -1,6 +1,8 @@
 package main
 
 import (
+	"sync/atomic"
+
 	"github.com/vrnic/vrnicd/nic/capture"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/verbsock/server"
@@ -31,6 +33,10 @@ func withCapture(port server.CounterFunc, hub *capture.Hub) server.CounterFunc {
 	}
 }
 
-// captureGID is who may capture besides root and the daemon's user: the
-// socket's group (0 for the daemon's own).
-func captureGID(socketGID int) int { return max(socketGID, 0) }
+// captureGroup is who may capture besides root and the daemon's user: the
+// socket's group (0 for the daemon's own). The signal loop sets it at
+// start and on reload; client connections read it.
+type captureGroup struct{ gid atomic.Int64 }
+
+func (g *captureGroup) set(socketGID int) { g.gid.Store(int64(max(socketGID, 0))) }
+func (g *captureGroup) get() int          { return int(g.gid.Load()) }

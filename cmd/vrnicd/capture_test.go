@@ -155,4 +155,34 @@ func TestLiveCapturePermission(t *testing.T) {
 		t.Errorf("capture as a member of the socket's group, stopped by SIGINT: %v, %q", err, out.String())
 	}
 	d.log.waitRecord(t, 0, "live capture ended", 5*time.Second)
+
+	// A reload that gives the socket a group lets that group capture.
+	sock3 := filepath.Join(dir, "c.sock")
+	conf := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(conf, []byte("log_level = \"info\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d3 := startDaemon(t, ns, nil, "--config", conf, "--iface", "tap:"+linktest.UniqueName("vt"), "--ip", "192.0.2.12/24", "--socket", sock3)
+	if err := os.Chmod(sock3, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run(append(nobody, "--socket", sock3, "capture", "-w", "/dev/null", "--count", "1")...); code != exitFail {
+		t.Errorf("capture as nobody before the reload: exit %d, %q", code, out)
+	}
+	if err := os.WriteFile(conf, []byte("socket_group = \"65534\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d3.signal(syscall.SIGHUP)
+	d3.log.waitRecord(t, 0, "reloaded", 5*time.Second)
+	cmd = exec.CommandContext(ctx, nobody[0], append(nobody[1:], "--socket", sock3, "capture", "-w", "/dev/null")...)
+	out.Reset()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d3.log.waitRecord(t, 0, "live capture started", 10*time.Second)
+	cmd.Process.Signal(syscall.SIGINT) // by PID: ours
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("capture by the socket's group after the reload: %v, %q", err, out.String())
+	}
 }

@@ -53,6 +53,7 @@ type daemon struct {
 	gids *gid.Table
 	pcap *pcapTap
 	hub  *capture.Hub   // live capture (vrnicctl capture)
+	capG captureGroup   // who may capture: the socket's group
 	mets *metricsServer // nil without --metrics
 
 	cancel  context.CancelFunc
@@ -165,7 +166,8 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cancel = cancel
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, captureGID(cfg.SocketGID), d.log)
+	d.capG.set(cfg.SocketGID)
+	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, d.capG.get, d.log)
 	if err != nil {
 		return nil, err
 	}
@@ -452,6 +454,7 @@ func (d *daemon) reload() {
 			d.log.Error("socket group not changed", "err", err)
 			nc.SocketGroup, nc.SocketGID = old.SocketGroup, old.SocketGID
 		} else {
+			d.capG.set(nc.SocketGID)
 			applied = append(applied, "socket_group")
 		}
 	}

@@ -84,8 +84,11 @@ func (c *conn) mayCapture() error {
 	if err != nil {
 		return err
 	}
-	gid := c.s.cfg.CaptureGID
-	if gid == 0 {
+	gid := 0
+	if f := c.s.cfg.CaptureGID; f != nil {
+		gid = f()
+	}
+	if gid <= 0 {
 		gid = os.Getegid()
 	}
 	if cred.Uid == 0 || int(cred.Uid) == os.Geteuid() || int(cred.Gid) == gid || inGroup(cred.Pid, gid) {

@@ -68,11 +68,12 @@ type Config struct {
 	// it. Names are 1..32 bytes, and at most 64 counters in all.
 	ExtraCounters CounterFunc
 	// Capture, if set, serves live capture (op capture, capture.go) from
-	// this hub; without it capture is EOPNOTSUPP. CaptureGID is the group
-	// (the socket's) whose members may capture besides root and the
-	// daemon's own user; 0 is the daemon's group.
+	// this hub; without it capture is EOPNOTSUPP. CaptureGID returns the
+	// group (the socket's, which a reload may change) whose members may
+	// capture besides root and the daemon's own user; nil or 0 is the
+	// daemon's group.
 	Capture    *capture.Hub
-	CaptureGID int
+	CaptureGID func() int
 }
 
 // Server serves verbsock connections.
