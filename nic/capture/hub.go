@@ -15,9 +15,10 @@ import (
 
 // Bounds of a subscription.
 const (
-	DefaultDepth   = 4096  // frames queued for a subscriber
-	MaxDepth       = 65536 // the most a subscriber may ask for
-	DefaultMaxSubs = 8     // concurrent subscribers
+	DefaultDepth    = 4096     // frames queued for a subscriber
+	MaxDepth        = 65536    // the most a subscriber may ask for
+	DefaultMaxSubs  = 8        // concurrent subscribers
+	DefaultMaxBytes = 32 << 20 // bytes of frames queued for a subscriber
 )
 
 // ErrTooMany is Subscribe's error when MaxSubs subscribers are active.
@@ -33,7 +34,8 @@ type Frame struct {
 // Hub is the fan-out; the zero value has no subscribers and refuses none
 // up to DefaultMaxSubs.
 type Hub struct {
-	MaxSubs int // 0: DefaultMaxSubs
+	MaxSubs  int // 0: DefaultMaxSubs
+	MaxBytes int // per subscriber; 0: DefaultMaxBytes
 
 	subs atomic.Pointer[[]*Sub] // copy on write, read by WriteFrame
 	mu   sync.Mutex             // orders the writers of subs
@@ -49,6 +51,8 @@ type Sub struct {
 	ch      chan Frame
 	filter  func(frame []byte) bool
 	snaplen int
+	limit   int64        // bytes
+	queued  atomic.Int64 // bytes in ch
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -70,7 +74,11 @@ func (h *Hub) Subscribe(depth, snaplen int, filter func(frame []byte) bool) (*Su
 	if limit <= 0 {
 		limit = DefaultMaxSubs
 	}
-	s := &Sub{h: h, ch: make(chan Frame, depth), filter: filter, snaplen: snaplen, done: make(chan struct{})}
+	s := &Sub{h: h, ch: make(chan Frame, depth), filter: filter, snaplen: snaplen, done: make(chan struct{}),
+		limit: int64(h.MaxBytes)}
+	if s.limit <= 0 {
+		s.limit = DefaultMaxBytes
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var cur []*Sub
@@ -103,37 +111,56 @@ func (s *Sub) offer(now time.Time, frame []byte) {
 	if s.closed.Load() || s.filter != nil && !s.filter(frame) {
 		return
 	}
-	if len(s.ch) == cap(s.ch) { // full: do not even copy
-		s.drop()
-		return
-	}
 	data := frame
 	if s.snaplen > 0 && len(data) > s.snaplen {
 		data = data[:s.snaplen]
 	}
+	n := int64(len(data))
+	if len(s.ch) == cap(s.ch) || s.queued.Load()+n > s.limit { // full: do not even copy
+		s.drop()
+		return
+	}
+	s.queued.Add(n)
 	f := Frame{Time: now, Data: append([]byte(nil), data...), Len: len(frame)}
 	select {
 	case s.ch <- f:
 		s.frames.Add(1)
 		s.h.frames.Add(1)
 	default: // another sender filled it meanwhile
+		s.queued.Add(-n)
 		s.drop()
 	}
 }
+
+// Next returns the next queued frame, waiting for one; false once the
+// subscription is closed (frames still queued then are dropped with it).
+func (s *Sub) Next() (Frame, bool) {
+	select {
+	case <-s.done:
+		return Frame{}, false
+	default:
+	}
+	select {
+	case f := <-s.ch:
+		s.queued.Add(-int64(len(f.Data)))
+		return f, true
+	case <-s.done:
+		return Frame{}, false
+	}
+}
+
+// Queued is the number of frames waiting for the reader.
+func (s *Sub) Queued() int { return len(s.ch) }
 
 func (s *Sub) drop() {
 	s.dropped.Add(1)
 	s.h.dropped.Add(1)
 }
 
-// Frames is the subscriber's queue. It is never closed: read it until
-// Done.
-func (s *Sub) Frames() <-chan Frame { return s.ch }
-
 // Done is closed by Close.
 func (s *Sub) Done() <-chan struct{} { return s.done }
 
-// Close unsubscribes; frames still queued stay readable. Close may be
+// Close unsubscribes; Next returns false from then on. Close may be
 // called more than once, from any goroutine. A WriteFrame that loaded the
 // subscriber list before Close may still queue a frame or two after it.
 func (s *Sub) Close() {

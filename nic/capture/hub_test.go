@@ -73,7 +73,7 @@ func TestSlowSubscriberDrops(t *testing.T) {
 	if f, d := reader.Stats(); f != 50 || d != 0 {
 		t.Errorf("filtering subscriber: %d queued, %d dropped; want 50 and 0", f, d)
 	}
-	fr := <-reader.Frames()
+	fr, _ := reader.Next()
 	if len(fr.Data) != 60 || fr.Len != len(roceFrame(0x11, false, 100)) || fr.Time.IsZero() {
 		t.Errorf("snapped frame: %d bytes of %d at %v", len(fr.Data), fr.Len, fr.Time)
 	}
@@ -89,8 +89,11 @@ func TestSlowSubscriberDrops(t *testing.T) {
 	}
 	<-stuck.Done()
 	h.WriteFrame(roceFrame(0x11, false, 1))
-	if f, _ := stuck.Stats(); f != 8 || len(stuck.Frames()) != 8 {
-		t.Errorf("after Close: %d queued, %d readable; want the 8 queued before", f, len(stuck.Frames()))
+	if f, _ := stuck.Stats(); f != 8 || stuck.Queued() != 8 {
+		t.Errorf("after Close: %d queued, %d waiting; want the 8 queued before", f, stuck.Queued())
+	}
+	if _, ok := stuck.Next(); ok {
+		t.Error("Next after Close returned a frame")
 	}
 }
 
@@ -134,9 +137,7 @@ func TestConcurrentSubscribe(t *testing.T) {
 		}
 		go func() {
 			for {
-				select {
-				case <-s.Frames():
-				case <-s.Done():
+				if _, ok := s.Next(); !ok {
 					return
 				}
 			}
@@ -145,4 +146,23 @@ func TestConcurrentSubscribe(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// A subscriber's queue is bounded in bytes as well as in frames.
+func TestByteBound(t *testing.T) {
+	h := Hub{MaxBytes: 10000}
+	s, _ := h.Subscribe(1000, 0, nil)
+	big := roceFrame(0x11, false, 3000)
+	for range 10 {
+		h.WriteFrame(big)
+	}
+	want := uint64(10000 / len(big))
+	if f, d := s.Stats(); f != want || d != 10-want {
+		t.Fatalf("%d-byte frames into 10000 bytes: %d queued, %d dropped; want %d and %d", len(big), f, d, want, 10-want)
+	}
+	s.Next()
+	h.WriteFrame(big) // room for one again
+	if f, _ := s.Stats(); f != want+1 {
+		t.Fatalf("after one was read: %d queued in all, want %d", f, want+1)
+	}
 }

@@ -219,19 +219,16 @@ func writeCapture(sub *capture.Sub, w net.Conn, snap int) error {
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	frames := sub.Frames()
 	for {
-		var f capture.Frame
-		select {
-		case f = <-frames:
-		case <-sub.Done():
+		f, ok := sub.Next()
+		if !ok {
 			return bw.Flush()
 		}
 		ci := gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: f.Len}
 		if err := pw.WritePacket(ci, f.Data); err != nil {
 			return err
 		}
-		if len(frames) == 0 {
+		if sub.Queued() == 0 {
 			if err := bw.Flush(); err != nil {
 				return err
 			}
