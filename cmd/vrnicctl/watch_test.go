@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
+	"io"
+	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,5 +93,33 @@ func writeLoop(p *rcPair, stop <-chan struct{}) error {
 		if wc[0].Status != verbs.WCSuccess {
 			return errors.New("WRITE failed: " + wc[0].Status.String())
 		}
+	}
+}
+
+// stat --watch without --count runs until SIGINT, then exits 0.
+func TestStatWatchStopsOnSIGINT(t *testing.T) {
+	_, _, sock := daemonHost(t)
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		var errb strings.Builder
+		rc := run([]string{"stat", "--socket", sock, "--watch=0.05"}, pw, &errb)
+		pw.CloseWithError(errors.New(errb.String()))
+		done <- rc
+	}()
+	if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil {
+		t.Fatalf("no first interval: %v", err)
+	}
+	go io.Copy(io.Discard, pr)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rc := <-done:
+		if rc != exitOK {
+			t.Fatalf("stat --watch after SIGINT: exit %d", rc)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stat --watch still running 10 s after SIGINT")
 	}
 }
