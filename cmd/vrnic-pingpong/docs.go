@@ -17,23 +17,29 @@ func docPage() *docgen.Page {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	seen := map[string]bool{}
+	// An option is documented by the first mode whose --help has it; one
+	// no mode's --help has is refused by name.
+	const refused = "rdma-core's option; vrnic-pingpong refuses it by name (vrnicd has no such feature)"
+	at := map[string]int{}
 	var flags []docgen.Flag
 	var tools []string
 	add := func(help string, short byte, long string, hasArg bool) {
 		key := string(short) + "/" + long
 		arg, text := docgen.FromHelp(help, short, long)
-		if seen[key] {
-			return
-		}
-		if text == "" {
-			text = "rdma-core's option; vrnic-pingpong refuses it by name (vrnicd has no such feature)"
-		}
 		if arg == "" && hasArg {
 			arg = "ARG"
 		}
-		seen[key] = true
-		flags = append(flags, docgen.Flag{Short: short, Long: long, Arg: arg, Help: text})
+		i, seen := at[key]
+		switch {
+		case !seen && text == "":
+			at[key] = len(flags)
+			flags = append(flags, docgen.Flag{Short: short, Long: long, Arg: arg, Help: refused})
+		case !seen:
+			at[key] = len(flags)
+			flags = append(flags, docgen.Flag{Short: short, Long: long, Arg: arg, Help: text})
+		case text != "" && flags[i].Help == refused:
+			flags[i].Arg, flags[i].Help = arg, text
+		}
 	}
 	for _, n := range names {
 		m := modes[n]
