@@ -32,7 +32,7 @@ func init() {
 			qp := fs.String("qp", "", "only frames to QP `N` and to its peer (decimal or 0x hex)")
 			count := fs.Int("count", 0, "stop after `N` frames (0: until SIGINT)")
 			snap := fs.Int("snaplen", 0, "keep at most `BYTES` of each frame (0: all)")
-			depth := fs.Int("depth", 0, "frames the daemon may queue for this capture before it drops (0: its default)")
+			depth := fs.Int("depth", 0, "`N` frames the daemon may queue for this capture before it drops (0: its default)")
 			return func(_ []string, stdout, stderr io.Writer) error {
 				o := verbs.CaptureOptions{SnapLen: *snap, Depth: *depth}
 				if *qp != "" {

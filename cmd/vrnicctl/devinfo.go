@@ -13,7 +13,7 @@ import (
 // socketFlag is --socket; its default is $VRNICD_SOCKET, else the
 // daemon's default path.
 func socketFlag(fs *flag.FlagSet) *string {
-	return fs.String("socket", verbs.SocketPath(), "the daemon's client socket; $"+verbs.SocketEnv+" overrides the default")
+	return fs.String("socket", verbs.SocketPath(), "the daemon's client socket `PATH`; $"+verbs.SocketEnv+" overrides the default")
 }
 
 // openDevice connects to the daemon.
