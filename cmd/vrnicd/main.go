@@ -94,7 +94,8 @@ Options:
   --log-level LEVEL    debug, info, warn or error (default info)
   --log-format FORMAT  text or json (default text)
   --pcap FILE          write every RoCEv2 frame sent and received to FILE
-                       (pcap, opens in Wireshark)
+                       (pcap, opens in Wireshark; 'vrnicctl capture'
+                       streams them live without one)
   --metrics ADDR       serve Prometheus metrics on http://ADDR/metrics:
                        HOST:PORT (TCP) or unix:PATH (default: off)
   --version            print the version and exit
