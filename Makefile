@@ -6,7 +6,7 @@ PKGS      := ./...
 # run from GOPATH/bin so that it is not a dependency in go.mod.
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all demo binaries build test check vet fmt staticcheck unit long fuzz bench clean interop
+.PHONY: all demo binaries build test check vet fmt staticcheck unit long fuzz bench clean interop install install-check
 
 all: build
 
@@ -24,7 +24,7 @@ demo: binaries
 
 # test: formatting, vet, then every test under the race detector. Tests that
 # need root (network namespaces, TAP) skip with a message when not root.
-test: check unit long systemd-check
+test: check unit long systemd-check install-check
 
 check: fmt vet staticcheck
 
@@ -74,3 +74,44 @@ systemd-check:
 
 clean:
 	$(GO) clean -testcache
+
+# install: the binaries, their man pages and shell completions (generated
+# by the tools themselves, --generate-man and --generate-completion, from
+# the flags they parse), the systemd units (ExecStart pointed at BINDIR),
+# the sysusers snippet and the example config (kept if one is there).
+PREFIX        ?= /usr/local
+DESTDIR       ?=
+SYSCONFDIR    ?= /etc
+BINDIR        ?= $(PREFIX)/bin
+MANDIR        ?= $(PREFIX)/share/man
+BASHCOMPDIR   ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR    ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR   ?= $(PREFIX)/share/fish/vendor_completions.d
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR   ?= $(PREFIX)/lib/sysusers.d
+TOOLS         := vrnicd vrnicctl vrnic-perf vrnic-pingpong
+
+install: binaries
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) \
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/vrnicd
+	set -e; for t in $(TOOLS); do \
+		install -m 0755 bin/$$t $(DESTDIR)$(BINDIR)/$$t; \
+		sec=1; [ $$t = vrnicd ] && sec=8; \
+		bin/$$t --generate-man >$(DESTDIR)$(MANDIR)/man$$sec/$$t.$$sec; \
+		bin/$$t --generate-completion bash >$(DESTDIR)$(BASHCOMPDIR)/$$t; \
+		bin/$$t --generate-completion zsh >$(DESTDIR)$(ZSHCOMPDIR)/_$$t; \
+		bin/$$t --generate-completion fish >$(DESTDIR)$(FISHCOMPDIR)/$$t.fish; \
+	done
+	set -e; for u in systemd/*.service; do \
+		sed 's#/usr/bin/vrnicd#$(BINDIR)/vrnicd#g' $$u >$(DESTDIR)$(SYSTEMDUNITDIR)/$$(basename $$u); \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$(basename $$u); \
+	done
+	install -m 0644 systemd/vrnicd.sysusers $(DESTDIR)$(SYSUSERSDIR)/vrnicd.conf
+	[ -e $(DESTDIR)$(SYSCONFDIR)/vrnicd/vrnicd.toml ] || install -m 0644 configs/vrnicd.toml $(DESTDIR)$(SYSCONFDIR)/vrnicd/vrnicd.toml
+
+# install-check: make install into a temporary DESTDIR, then check every
+# file is there, the man pages render without warnings, the completions
+# parse (bash -n) and the units run the installed binary.
+install-check:
+	./scripts/install-check

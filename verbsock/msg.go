@@ -321,6 +321,7 @@ var Specs = map[Op]OpSpec{
 	OpQueryStats:  spec(mk[PageReq](), mk[QueryStatsResp](), none, none),
 	OpListQPs:     spec(mk[PageReq](), mk[ListQPsResp](), none, none),
 	OpResizeSRQ:   spec(mk[ResizeSRQReq](), mk[ResizeSRQResp](), [2]int{1, 1}, none),
+	OpCapture:     spec(mk[CaptureReq](), mk[CaptureResp](), none, [2]int{1, 1}),
 }
 
 func init() {

@@ -20,7 +20,7 @@ import (
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
 
 // run is the whole program: parse, run one test, report on stdout;
 // diagnostics on stderr. The returned error has been printed there.

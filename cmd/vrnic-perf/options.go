@@ -9,10 +9,11 @@ import (
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
 	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // DefaultSocket is where vrnicd listens unless configured otherwise.
-const DefaultSocket = "/run/vrnicd/vrnicd.sock"
+const DefaultSocket = verbs.DefaultSocket
 
 // verb is perftest's VerbType, in its order (testsStr).
 type verb int
@@ -183,7 +184,7 @@ func parseArgs(args []string) (*params, error) {
 		return nil, &usageError{fmt.Sprintf("unknown test %q: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat", args[0])}
 	}
 	p := &params{test: t, port: oob.DefaultPort, ibPort: 1, gidIndex: -1, numQPs: 1, inlineSize: -1, cqMod: defCQMod,
-		duration: defDuration, margin: -1, qpTimeout: defQPTime, atomic: fetchAndAdd, socket: DefaultSocket}
+		duration: defDuration, margin: -1, qpTimeout: defQPTime, atomic: fetchAndAdd, socket: verbs.SocketPath()}
 	if t.lat {
 		p.size, p.txDepth = defSizeLat, defTxLat
 	} else {
@@ -421,7 +422,7 @@ can be the real tool.
 Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat
 
 Options:
-  --socket=<path>         vrnicd's socket (default %s)
+  --socket=<path>         vrnicd's socket (default $VRNICD_SOCKET, else %s)
   --quiet                 no progress lines on stderr
   -p, --port=<port>       listen on/connect to port <port> (default 18515)
   -d, --ib-dev=<dev>      the device's name, checked against the daemon's

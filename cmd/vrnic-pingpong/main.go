@@ -21,7 +21,7 @@ import (
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
 
 // run is the whole program: it parses args, runs one pingpong and writes
 // the tool's output to stdout, diagnostics to stderr. The error it returns

@@ -7,10 +7,11 @@ import (
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
 	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // DefaultSocket is where vrnicd listens unless configured otherwise.
-const DefaultSocket = "/run/vrnicd/vrnicd.sock"
+const DefaultSocket = verbs.DefaultSocket
 
 // mode is one of the rdma-core examples this tool stands in for: its QP
 // type, its command line (getopt string, long names, defaults) and its
@@ -43,6 +44,21 @@ var modes = map[string]*mode{
 			'n': "iters", 'l': "sl", 'e': "events", 'o': "odp", 'g': "gid-idx", 'c': "chk"}},
 }
 
+// options is the mode's getopt table, from its getopt string and long
+// names.
+func (m *mode) options() []getopt.Option {
+	var opts []getopt.Option
+	for i := 0; i < len(m.short); i++ {
+		c := m.short[i]
+		hasArg := i+1 < len(m.short) && m.short[i+1] == ':'
+		if hasArg {
+			i++
+		}
+		opts = append(opts, getopt.Option{Short: c, Long: m.long[c], HasArg: hasArg})
+	}
+	return opts
+}
+
 // config is a parsed command line.
 type config struct {
 	mode       *mode
@@ -73,7 +89,7 @@ func (e *errUsage) Error() string { return e.msg }
 // chosen tool's options and its optional server name.
 func parseArgs(args []string) (*config, error) {
 	m := modes["rc"]
-	cfg := &config{mode: m, socket: DefaultSocket}
+	cfg := &config{mode: m, socket: verbs.SocketPath()}
 	// --mode decides which options exist; find it first.
 	var rest []string
 	for i := 0; i < len(args); i++ {
@@ -111,16 +127,7 @@ func parseArgs(args []string) (*config, error) {
 	if cfg.help {
 		return cfg, nil
 	}
-	var opts []getopt.Option
-	for i := 0; i < len(m.short); i++ {
-		c := m.short[i]
-		hasArg := i+1 < len(m.short) && m.short[i+1] == ':'
-		if hasArg {
-			i++
-		}
-		opts = append(opts, getopt.Option{Short: c, Long: m.long[c], HasArg: hasArg})
-	}
-	parsed, operands, err := getopt.Parse(opts, rest)
+	parsed, operands, err := getopt.Parse(m.options(), rest)
 	if err != nil {
 		return cfg, &errUsage{err.Error()}
 	}
@@ -202,7 +209,7 @@ func usage(w io.Writer, m *mode) {
 	fmt.Fprintf(w, "\nThe vrnicd counterpart of %s; either side can be the real one.\n", m.tool)
 	fmt.Fprintf(w, "\nOptions:\n")
 	fmt.Fprintf(w, "  --mode=rc|uc|ud|srq    which pingpong (default rc)\n")
-	fmt.Fprintf(w, "  --socket=<path>        vrnicd's socket (default %s)\n", DefaultSocket)
+	fmt.Fprintf(w, "  --socket=<path>        vrnicd's socket (default $%s, else %s)\n", verbs.SocketEnv, DefaultSocket)
 	fmt.Fprintf(w, "  -p, --port=<port>      listen on/connect to port <port> (default 18515)\n")
 	fmt.Fprintf(w, "  -d, --ib-dev=<dev>     use IB device <dev> (default: the daemon's)\n")
 	fmt.Fprintf(w, "  -i, --ib-port=<port>   use port <port> of IB device (default 1)\n")

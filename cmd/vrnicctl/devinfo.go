@@ -10,11 +10,10 @@ import (
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
-// defaultSocket is where vrnicd listens unless configured otherwise.
-const defaultSocket = "/run/vrnicd/vrnicd.sock"
-
+// socketFlag is --socket; its default is $VRNICD_SOCKET, else the
+// daemon's default path.
 func socketFlag(fs *flag.FlagSet) *string {
-	return fs.String("socket", defaultSocket, "the daemon's client socket")
+	return fs.String("socket", verbs.SocketPath(), "the daemon's client socket `PATH`; $"+verbs.SocketEnv+" overrides the default")
 }
 
 // openDevice connects to the daemon.

@@ -9,7 +9,8 @@
 //			}})
 //	}
 //
-// Usage: vrnicctl help [COMMAND], vrnicctl COMMAND [ARGS].
+// Usage: vrnicctl help [COMMAND], vrnicctl [--socket PATH] [--json] COMMAND
+// [ARGS]: the commands' common flags may also come before the command.
 package main
 
 import (
@@ -20,6 +21,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
 )
 
 // Exit statuses.
@@ -60,6 +63,14 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // run dispatches a command line (without the program name) and returns the
 // exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if ok, code := docgen.Handle(args, docPage, stdout, stderr); ok {
+		return code
+	}
+	lead, args, err := leadingFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "vrnicctl: %v; run 'vrnicctl help'\n", err)
+		return exitUsage
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -88,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { commandUsage(c, stderr) }
 	runIt := c.Setup(fs)
-	pos, err := parseArgs(fs, args[1:])
+	pos, err := parseArgs(fs, append(lead, args[1:]...))
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
@@ -100,14 +111,52 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := runIt(pos, stdout, stderr); err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) { // an argument the flag package could not judge
+			fmt.Fprintf(stderr, "vrnicctl %s: %s\n", c.Name, ue.msg)
+			commandUsage(c, stderr)
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "vrnicctl %s: %s\n", c.Name, strings.ReplaceAll(err.Error(), "\n", " "))
 		return exitFail
 	}
 	return exitOK
 }
 
+// globalFlags may come before the command (vrnicctl --socket S stat); they
+// are handed to the command as its own flags. Value: whether one takes an
+// argument.
+var globalFlags = map[string]bool{"socket": true, "json": false}
+
+// leadingFlags takes the global flags off the front of args and returns
+// them with the rest (the command and its arguments).
+func leadingFlags(args []string) (lead, rest []string, err error) {
+	for len(args) > 0 {
+		a := args[0]
+		name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		takesArg, known := globalFlags[name]
+		switch {
+		case !strings.HasPrefix(a, "-") || a == "-" || a == "--":
+			return lead, args, nil
+		case a == "-h" || a == "-help" || a == "--help":
+			return lead, args, nil
+		case !known:
+			return nil, nil, fmt.Errorf("unknown flag %s before the command", a)
+		case takesArg && !hasVal:
+			if len(args) < 2 {
+				return nil, nil, fmt.Errorf("flag %s needs an argument", a)
+			}
+			lead, args = append(lead, a, args[1]), args[2:]
+		default:
+			lead, args = append(lead, a), args[1:]
+		}
+	}
+	return lead, args, nil
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: vrnicctl COMMAND [ARGS]")
+	fmt.Fprintln(w, "       vrnicctl [--socket PATH] [--json] COMMAND [ARGS]")
 	fmt.Fprintln(w, "\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
@@ -117,7 +166,9 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].Summary)
 	}
-	fmt.Fprintln(w, "\nRun 'vrnicctl help COMMAND' for a command's arguments and flags.")
+	fmt.Fprintln(w, "\nRun 'vrnicctl help COMMAND' for a command's arguments and flags. --socket and --json")
+	fmt.Fprintln(w, "may come before or after the command; without --socket the socket is $VRNICD_SOCKET,")
+	fmt.Fprintln(w, "else /run/vrnicd/vrnicd.sock.")
 }
 
 func commandUsage(c *command, w io.Writer) {

@@ -13,12 +13,16 @@ import (
 func init() {
 	register(&command{
 		Name:    "stat",
-		Args:    "[--json] [--socket PATH]",
-		Summary: "print the device's counters (transport and port) and every QP's",
-		NArgs:   0,
+		Args:    "[--json] [--socket PATH] [--watch [SECONDS] [--count N]]",
+		Summary: "print the device's counters (transport and port) and every QP's, or with --watch their rates",
+		NArgs:   -1, // --watch's SECONDS
 		Setup: func(fs *flag.FlagSet) runFunc {
-			asJSON := fs.Bool("json", false, `print one JSON object: {"device": {NAME: N, ...}, "qps": [{"qpn": N, NAME: N, ...}]}`)
-			return withDevice(fs, func(d *verbs.Device, stdout io.Writer) error {
+			asJSON := fs.Bool("json", false, `print one JSON object: {"device": {NAME: N, ...}, "qps": [{"qpn": N, NAME: N, ...}]}; with --watch one a line, of rates`)
+			watch := addWatchFlags(fs)
+			run := withDevice(fs, func(d *verbs.Device, stdout io.Writer) error {
+				if watch.w.on {
+					return watch.run(d, *asJSON, stdout)
+				}
 				st, err := d.Stats()
 				if err != nil {
 					return err
@@ -28,6 +32,12 @@ func init() {
 				}
 				return statText(d.Name(), st, stdout)
 			})
+			return func(args []string, stdout, stderr io.Writer) error {
+				if err := watch.positional(args); err != nil {
+					return err
+				}
+				return run(args, stdout, stderr)
+			}
 		},
 	})
 }

@@ -45,6 +45,8 @@ type fileConfig struct {
 	LogLevel    *string  `toml:"log_level"`
 	LogFormat   *string  `toml:"log_format"`
 	Pcap        *string  `toml:"pcap"`
+	// Operations (issue 17).
+	Metrics *string `toml:"metrics"`
 }
 
 // setting is one raw value with where it came from, so an error can name
@@ -66,6 +68,7 @@ type rawConfig struct {
 	iface, mac, name, socket, socketGroup, logLevel, logFormat, pcap setting[string]
 	ip                                                               setting[[]string]
 	mtu                                                              setting[int]
+	metrics                                                          setting[string]
 }
 
 // configError is a bad command line or configuration: the daemon exits with
@@ -93,6 +96,7 @@ type Config struct {
 	LogLevel  slog.Level
 	LogFormat string // "text" or "json"
 	Pcap      string
+	Metrics   string // --metrics: "host:port" or "unix:PATH"; "" for none
 }
 
 // loadFile reads a TOML config strictly: unknown keys and values of the
@@ -122,6 +126,7 @@ func loadFile(path string, raw *rawConfig) error {
 	str(&raw.logLevel, fc.LogLevel, "log_level")
 	str(&raw.logFormat, fc.LogFormat, "log_format")
 	str(&raw.pcap, fc.Pcap, "pcap")
+	str(&raw.metrics, fc.Metrics, "metrics")
 	if fc.IP != nil {
 		raw.ip = setting[[]string]{fc.IP, in("ip")}
 	}
@@ -279,7 +284,31 @@ func (raw *rawConfig) validate() (*Config, error) {
 	if raw.pcap.set() {
 		c.Pcap = raw.pcap.v
 	}
+	if raw.metrics.set() && raw.metrics.v != "" {
+		if err := checkMetricsAddr(raw.metrics.v); err != nil {
+			return nil, raw.metrics.errorf("%v", err)
+		}
+		c.Metrics = raw.metrics.v
+	}
 	return c, nil
+}
+
+// checkMetricsAddr: --metrics is host:port (TCP) or unix:PATH.
+func checkMetricsAddr(a string) error {
+	if p, ok := strings.CutPrefix(a, "unix:"); ok {
+		switch {
+		case !strings.HasPrefix(p, "/"):
+			return fmt.Errorf("%q: unix: takes an absolute path", a)
+		case len(p) > maxSocketPath:
+			return fmt.Errorf("%q: path is %d bytes; a Unix socket path holds at most %d", a, len(p), maxSocketPath)
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(a)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q is not HOST:PORT (e.g. 127.0.0.1:9464) or unix:PATH", a)
+	}
+	return nil
 }
 
 // checkIfName applies the kernel's rules for interface names (dev_valid_name).

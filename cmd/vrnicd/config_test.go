@@ -64,6 +64,8 @@ func TestBadConfig(t *testing.T) {
 		{"long socket", "", []string{"--iface=tap:v0", "--socket=/" + strings.Repeat("x", 120)}, []string{"--socket: ", "at most 107"}},
 		{"no such group", "", []string{"--iface=tap:v0", "--socket-group=no-such-group-vrnicd"}, []string{"--socket-group: ", `no group "no-such-group-vrnicd"`}},
 		{"bad device name", "", []string{"--iface=tap:v0", "--name=a/b"}, []string{"--name: ", "may hold only"}},
+		{"bad metrics", "", []string{"--iface=tap:v0", "--metrics=9464"}, []string{"--metrics: ", `"9464" is not HOST:PORT`}},
+		{"relative metrics socket", "iface = \"tap:v0\"\nmetrics = \"unix:m.sock\"\n", nil, []string{"config FILE: metrics: ", "absolute path"}},
 		{"unknown flag", "", []string{"--bogus"}, []string{"unknown flag --bogus", "vrnicd --help"}},
 		{"bad flag value", "", []string{"--mtu=abc"}, []string{`invalid value "abc" for flag --mtu`}},
 		{"stray argument", "", []string{"--iface=tap:v0", "extra"}, []string{`unexpected argument "extra"`}},

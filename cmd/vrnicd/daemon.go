@@ -19,8 +19,10 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/capture"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/nic/metrics"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -50,6 +52,9 @@ type daemon struct {
 	dev  *nic.Device
 	gids *gid.Table
 	pcap *pcapTap
+	hub  *capture.Hub   // live capture (vrnicctl capture)
+	capG captureGroup   // who may capture: the socket's group
+	mets *metricsServer // nil without --metrics
 
 	cancel  context.CancelFunc
 	runDone chan error // netstack Run's result
@@ -79,7 +84,7 @@ func newLogger(format string, w io.Writer, level *slog.LevelVar) slog.Handler {
 // the accept loop; READY=1 goes to systemd when all of it is up. On error
 // everything already opened is closed again.
 func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
-	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, runDone: make(chan error, 1)}
+	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, hub: &capture.Hub{}, runDone: make(chan error, 1)}
 	d.level.Set(cfg.LogLevel)
 	gate := newGate(newLogger(cfg.LogFormat, stderr, d.level))
 	d.log = slog.New(gate)
@@ -142,7 +147,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 				d.log.Warn("GID table", "err", err)
 			}
 		},
-		Tap:    d.pcap,
+		Tap:    teeTap{d.pcap, d.hub},
 		Logger: d.log,
 	})
 	if err != nil {
@@ -161,8 +166,12 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cancel = cancel
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.log)
+	d.capG.set(cfg.SocketGID)
+	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, d.capG.get, d.log)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.startMetrics(srv.Clients); err != nil {
 		return nil, err
 	}
 	d.sess = newSessions(sock.ln, srv, d.log)
@@ -176,6 +185,25 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.log.Info("vrnicd ready", d.summary()...)
 	d.notify(sd.SdNotifyReady)
 	return d, nil
+}
+
+// startMetrics serves --metrics, if given.
+func (d *daemon) startMetrics(clients func() int) error {
+	if d.cfg.Metrics == "" {
+		return nil
+	}
+	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.st.Counters().Each,
+		Daemon: d.daemonCounters, Clients: clients}, d.log)
+	if err != nil {
+		return err
+	}
+	d.mets = m
+	return nil
+}
+
+// daemonCounters are the daemon's own counters, for the metrics.
+func (d *daemon) daemonCounters(yield func(name string, v uint64)) {
+	d.hub.Each(yield)
 }
 
 // openLink opens the TAP or the raw interface and turns the errors a user
@@ -268,6 +296,9 @@ func (d *daemon) summary() []any {
 	if p := d.pcap.current(); p != "" {
 		a = append(a, "pcap", p)
 	}
+	if d.mets != nil {
+		a = append(a, "metrics", d.mets.addr())
+	}
 	return a
 }
 
@@ -350,6 +381,9 @@ func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
 		defer close(done)
 		step.Store("closing the client socket")
 		d.sess.stopAccepting()
+		if d.mets != nil {
+			d.mets.close()
+		}
 		step.Store("closing client sessions")
 		if !d.sess.closeAll(sessionCloseWait) {
 			d.log.Warn("client sessions did not end in time", "clients", d.sess.count())
@@ -420,6 +454,7 @@ func (d *daemon) reload() {
 			d.log.Error("socket group not changed", "err", err)
 			nc.SocketGroup, nc.SocketGID = old.SocketGroup, old.SocketGID
 		} else {
+			d.capG.set(nc.SocketGID)
 			applied = append(applied, "socket_group")
 		}
 	}
@@ -435,6 +470,8 @@ func (d *daemon) reload() {
 	restart("name", nc.Name != old.Name, old.Name, nc.Name)
 	restart("socket", nc.Socket != old.Socket, old.Socket, nc.Socket)
 	restart("log_format", nc.LogFormat != old.LogFormat, old.LogFormat, nc.LogFormat)
+	restart("metrics", nc.Metrics != old.Metrics, old.Metrics, nc.Metrics)
+	nc.Metrics = old.Metrics
 	nc.Mode, nc.Iface, nc.MAC, nc.MACSet, nc.MTU = old.Mode, old.Iface, old.MAC, old.MACSet, old.MTU
 	nc.Name, nc.Socket, nc.LogFormat = old.Name, old.Socket, old.LogFormat
 	d.cfg = nc

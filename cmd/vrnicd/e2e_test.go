@@ -34,7 +34,8 @@ type e2eNet struct {
 	vrnicctl     string
 }
 
-func newE2ENet(t *testing.T) *e2eNet {
+// newE2ENet starts the two daemons; extraA are more flags for A.
+func newE2ENet(t *testing.T, extraA ...string) *e2eNet {
 	t.Helper()
 	linktest.RequireRoot(t)
 	_, ctl := binaries(t)
@@ -51,7 +52,7 @@ func newE2ENet(t *testing.T) *e2eNet {
 	}
 	dir := t.TempDir()
 	n := &e2eNet{sockA: filepath.Join(dir, "a.sock"), sockB: filepath.Join(dir, "b.sock"), vrnicctl: ctl}
-	n.a = startDaemon(t, nsA, nil, "--iface", va, "--socket", n.sockA, "--name", "vrnicA")
+	n.a = startDaemon(t, nsA, nil, append([]string{"--iface", va, "--socket", n.sockA, "--name", "vrnicA"}, extraA...)...)
 	n.b = startDaemon(t, nsB, nil, "--iface", vb, "--socket", n.sockB, "--name", "vrnicB")
 	return n
 }

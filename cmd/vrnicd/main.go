@@ -17,6 +17,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
 )
 
 // Exit statuses.
@@ -92,7 +94,10 @@ Options:
   --log-level LEVEL    debug, info, warn or error (default info)
   --log-format FORMAT  text or json (default text)
   --pcap FILE          write every RoCEv2 frame sent and received to FILE
-                       (pcap, opens in Wireshark)
+                       (pcap, opens in Wireshark; 'vrnicctl capture'
+                       streams them live without one)
+  --metrics ADDR       serve Prometheus metrics on http://ADDR/metrics:
+                       HOST:PORT (TCP) or unix:PATH (default: off)
   --version            print the version and exit
   --help               print this help and exit
 
@@ -140,6 +145,7 @@ func parseArgs(args []string) (*options, error) {
 	o := &options{fs: fs}
 	var (
 		iface, mac, name, socket, group, level, format, pcap string
+		metricsAddr                                          string
 		ips                                                  ipFlag
 		mtu                                                  intFlag
 	)
@@ -157,6 +163,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&level, "log-level", "", "")
 	fs.StringVar(&format, "log-format", "", "")
 	fs.StringVar(&pcap, "pcap", "", "")
+	fs.StringVar(&metricsAddr, "metrics", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			o.help = true
@@ -194,6 +201,8 @@ func parseArgs(args []string) (*options, error) {
 			r.logFormat = setting[string]{format, origin}
 		case "pcap":
 			r.pcap = setting[string]{pcap, origin}
+		case "metrics":
+			r.metrics = setting[string]{metricsAddr, origin}
 		}
 	})
 	return o, nil
@@ -222,6 +231,7 @@ func (o *options) load() (*Config, error) {
 	over(&raw.logLevel, f.logLevel)
 	over(&raw.logFormat, f.logFormat)
 	over(&raw.pcap, f.pcap)
+	over(&raw.metrics, f.metrics)
 	if f.ip.set() {
 		raw.ip = f.ip
 	}
@@ -241,6 +251,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // run is the whole program; it returns the exit status. Every failure is
 // one line on stderr.
 func run(args []string, stdout, stderr io.Writer) int {
+	if ok, code := docgen.Handle(args, docPage, stdout, stderr); ok {
+		return code
+	}
 	o, err := parseArgs(args)
 	if err != nil {
 		return fail(stderr, err)

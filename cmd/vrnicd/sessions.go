@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/capture"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
@@ -24,9 +25,10 @@ type connServer interface {
 
 // newConnServer returns the client protocol's server for dev; port adds
 // the port's counters (netstack.Counters.Each) to the device's in
-// query_stats (icrc_errors is counted there).
-func newConnServer(dev *nic.Device, port server.CounterFunc, log *slog.Logger) (connServer, error) {
-	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: port})
+// query_stats (icrc_errors is counted there); hub serves live capture to
+// root, the daemon's user and group captureGID().
+func newConnServer(dev *nic.Device, port server.CounterFunc, hub *capture.Hub, captureGID func() int, log *slog.Logger) (connServer, error) {
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(port, hub), Capture: hub, CaptureGID: captureGID})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close

@@ -172,7 +172,17 @@ func (k *kernel) subscribe() error {
 	if k.ns.IsOpen() {
 		nsp = &k.ns
 	}
-	logErr := func(err error) { k.s.log.Warn("netlink subscription", "err", err) }
+	// logErr: closing done makes the subscriptions' receive loops fail
+	// (EAGAIN on the closed socket) and report it; that is a stop, not a
+	// fault, and a clean shutdown logs no warning.
+	logErr := func(err error) {
+		select {
+		case <-k.done:
+			k.s.log.Debug("netlink subscription ended", "err", err)
+		default:
+			k.s.log.Warn("netlink subscription", "err", err)
+		}
+	}
 	ach := make(chan netlink.AddrUpdate, 64)
 	if err := netlink.AddrSubscribeWithOptions(ach, k.done, netlink.AddrSubscribeOptions{Namespace: nsp, ErrorCallback: logErr}); err != nil {
 		return fmt.Errorf("netstack: address subscription: %w", err)

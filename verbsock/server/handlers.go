@@ -108,6 +108,8 @@ func (c *conn) dispatch(op verbsock.Op, req any, fds []int) (any, []int, error) 
 	case verbsock.OpListQPs:
 		r, err := c.listQPs(req.(*verbsock.PageReq))
 		return r, nil, err
+	case verbsock.OpCapture:
+		return c.capture(req.(*verbsock.CaptureReq))
 	}
 	return nil, nil, errf(syscall.EOPNOTSUPP, "operation %v", op)
 }

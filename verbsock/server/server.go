@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/capture"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
@@ -66,6 +67,13 @@ type Config struct {
 	// counters; one with a transport counter's name (icrc_errors) adds to
 	// it. Names are 1..32 bytes, and at most 64 counters in all.
 	ExtraCounters CounterFunc
+	// Capture, if set, serves live capture (op capture, capture.go) from
+	// this hub; without it capture is EOPNOTSUPP. CaptureGID returns the
+	// group (the socket's, which a reload may change) whose members may
+	// capture besides root and the daemon's own user; nil or 0 is the
+	// daemon's group.
+	Capture    *capture.Hub
+	CaptureGID func() int
 }
 
 // Server serves verbsock connections.

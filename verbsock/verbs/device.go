@@ -88,8 +88,12 @@ type reply struct {
 	fds     []int
 }
 
-// Open connects to the daemon at socketPath (ibv_open_device).
+// Open connects to the daemon at socketPath (ibv_open_device); "" is
+// SocketPath(): $VRNICD_SOCKET, else DefaultSocket.
 func Open(socketPath string) (*Device, error) {
+	if socketPath == "" {
+		socketPath = SocketPath()
+	}
 	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socketPath, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("verbs: connecting to %s: %w", socketPath, err)

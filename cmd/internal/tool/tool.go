@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
 )
 
 // Main runs a tool's whole program with a context that SIGINT and SIGTERM
@@ -36,4 +38,13 @@ func CFloat(v float64, prec int) string {
 		return "-nan"
 	}
 	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// Docs runs the hidden --generate-man and --generate-completion SHELL of
+// a tool (cmd/internal/docgen) and exits, if the command line asks for
+// one; otherwise it returns.
+func Docs(page func() *docgen.Page) {
+	if ok, code := docgen.Handle(os.Args[1:], page, os.Stdout, os.Stderr); ok {
+		os.Exit(code)
+	}
 }

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
+	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
+)
+
+// docPage is vrnic-perf(1), from getopt's option table (options) and the
+// option texts of --help (usage).
+func docPage() *docgen.Page {
+	var b strings.Builder
+	usage(&b)
+	help := b.String()
+	var flags []docgen.Flag
+	for _, o := range options {
+		arg, text := docgen.FromHelp(help, o.Short, o.Long)
+		if text == "" {
+			text = "perftest's option; vrnic-perf refuses it by name (vrnicd has no such feature)"
+		}
+		if arg == "" && o.HasArg {
+			arg = "ARG"
+		}
+		flags = append(flags, docgen.Flag{Short: o.Short, Long: o.Long, Arg: arg, Help: text})
+	}
+	docgen.SortFlags(flags)
+	return &docgen.Page{
+		Name: "vrnic-perf", Section: 1,
+		Summary:  "perftest's bandwidth and latency tests over vrnicd",
+		Synopsis: []string{"TEST [options]", "TEST [options] HOST"},
+		Description: []string{
+			"vrnic-perf is the vrnicd counterpart of perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat and ib_atomic_lat (perftest " + oob.PerftestVersion + "): the same options, TCP exchange and report, so either side can be the real tool. Without HOST it is the server and waits for a client; with HOST it connects to the server there.",
+			"TEST is one of write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat.",
+		},
+		Flags:   flags,
+		Env:     []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		SeeAlso: []string{"vrnicd(8)", "vrnicctl(1)", "vrnic-pingpong(1)", "ib_write_bw(1)"},
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"flag"
+	"sort"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
+)
+
+// docPage is vrnicctl(1), from the registered commands' own flag sets.
+func docPage() *docgen.Page {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	p := &docgen.Page{
+		Name: "vrnicctl", Section: 1,
+		Summary:  "inspect a vrnicd device: attributes, counters, QPs, live capture, pcap decoding",
+		Synopsis: []string{"[--socket PATH] [--json] COMMAND [ARGS]", "help [COMMAND]"},
+		Description: []string{
+			"vrnicctl talks to vrnicd(8) through its client socket. Every command's flags may come before or after its arguments; --socket and --json may also come before the command.",
+		},
+		Env: []docgen.Env{{Name: verbs.SocketEnv, Help: "the daemon's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		Extra: []docgen.Section{{Title: "EXIT STATUS", Paragraphs: []string{
+			"0 on success, 1 when the command failed (its error is one line on stderr), 2 for a bad command line."}}},
+		SeeAlso: []string{"vrnicd(8)", "vrnic-perf(1)", "vrnic-pingpong(1)", "tshark(1)", "rdma(8)"},
+	}
+	global := map[string]docgen.Flag{}
+	for _, n := range names {
+		c := commands[n]
+		cmd := docgen.Command{Name: c.Name, Args: c.Args, Summary: c.Summary, Flags: commandFlags(c)}
+		for _, f := range cmd.Flags {
+			if _, ok := globalFlags[f.Long]; ok {
+				if _, seen := global[f.Long]; !seen {
+					global[f.Long] = f
+				}
+			}
+		}
+		p.Commands = append(p.Commands, cmd)
+	}
+	p.Commands = append(p.Commands, docgen.Command{Name: "help", Args: "[COMMAND]", Summary: "list the commands, or show one command's arguments and flags"})
+	for n := range globalFlags {
+		f := global[n]
+		if n == "json" {
+			f.Help = "JSON output, for the commands that have it (see each command); before the command as well as after it"
+		}
+		p.Flags = append(p.Flags, f)
+	}
+	p.Flags = append(p.Flags, docgen.Flag{Long: "help", Help: "list the commands"})
+	docgen.SortFlags(p.Flags)
+	return p
+}
+
+// commandFlags are the flags c's Setup defines, as docgen flags.
+func commandFlags(c *command) []docgen.Flag {
+	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
+	c.Setup(fs)
+	var out []docgen.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		df := docgen.Flag{Long: f.Name, Arg: arg, Help: usage}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			df.OptArg = arg != ""
+			if !df.OptArg {
+				df.Arg = ""
+			}
+		}
+		if len(f.Name) == 1 {
+			df.Short, df.Long = f.Name[0], ""
+		}
+		out = append(out, df)
+	})
+	return out
+}

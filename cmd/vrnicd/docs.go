@@ -1,0 +1,50 @@
+package main
+
+import (
+	"flag"
+	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/docgen"
+)
+
+// docPage is vrnicd(8), from the flag set parseArgs defines and the
+// option texts of --help (usageText).
+func docPage() *docgen.Page {
+	o, _ := parseArgs(nil)
+	var flags []docgen.Flag
+	o.fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "h" {
+			return
+		}
+		arg, help := docgen.FromHelp(usageText, 0, f.Name)
+		flags = append(flags, docgen.Flag{Long: f.Name, Arg: arg, Help: help})
+	})
+	docgen.SortFlags(flags)
+	paras := strings.Split(strings.TrimSpace(usageText), "\n\n")
+	var signals []string
+	for _, p := range paras {
+		if s, ok := strings.CutPrefix(p, "Signals: "); ok {
+			signals = append(signals, strings.Join(strings.Fields(s), " "))
+		}
+	}
+	return &docgen.Page{
+		Name: "vrnicd", Section: 8,
+		Summary:  "user-space RoCEv2 RDMA NIC",
+		Synopsis: []string{"--iface tap:NAME|IFACE [options]"},
+		Description: []string{
+			strings.Join(strings.Fields(paras[1]), " "),
+			"With --iface tap:NAME vrnicd creates the TAP device NAME and is the host on its far side, with its own MAC (--mac) and addresses (--ip); this needs CAP_NET_ADMIN. With --iface IFACE it runs in raw mode on an existing Ethernet interface (AF_PACKET), with that interface's MAC, MTU and addresses, followed as they change; this needs CAP_NET_RAW and CAP_NET_ADMIN.",
+			"Flags override the TOML configuration file (--config); vrnicctl(1) shows the device, its counters and QPs and captures its traffic live; --metrics serves the counters to Prometheus.",
+		},
+		Flags: flags,
+		Extra: []docgen.Section{
+			{Title: "SIGNALS", Paragraphs: signals},
+			{Title: "FILES", Paragraphs: []string{
+				"/etc/vrnicd/vrnicd.toml: the configuration file the systemd unit passes (--config); every key is documented in the installed example.",
+				defaultSocket + ": the client socket by default.",
+			}},
+			{Title: "EXIT STATUS", Paragraphs: []string{"0 after SIGTERM or SIGINT; 1 on a runtime failure (interface, privileges, socket in use, link lost); 2 for a bad command line or configuration, which a restart will not fix."}},
+		},
+		SeeAlso: []string{"vrnicctl(1)", "vrnic-perf(1)", "vrnic-pingpong(1)", "systemd.service(5)"},
+	}
+}
