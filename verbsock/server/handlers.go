@@ -226,6 +226,8 @@ func shmErr(err error) error {
 		return errf(syscall.EBADF, "%v", err)
 	case errors.Is(err, shm.ErrNotSealed):
 		return errf(syscall.EPERM, "%v", err)
+	case errors.Is(err, shm.ErrNotShmem):
+		return errf(syscall.EINVAL, "%v", err)
 	}
 	return errf(syscall.EINVAL, "%v", err)
 }
