@@ -562,14 +562,11 @@ func solicited(wc *transport.WC) bool {
 
 // Arm sets the notify word from the daemon side (the socket's
 // req_notify_cq; the SDK normally writes the word itself).
+// A pending next-completion request is not narrowed (see CQReader.Arm).
 func (c *CQ) Arm(solicitedOnly bool) {
-	v := uint32(NotifyNext)
-	if solicitedOnly {
-		v = NotifySolicited
-	}
 	c.mu.Lock()
 	if !c.closed {
-		atomic.StoreUint32(u32p(c.m, offNotify), v)
+		arm(c.m, solicitedOnly)
 	}
 	c.mu.Unlock()
 }
