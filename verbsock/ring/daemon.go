@@ -84,6 +84,18 @@ func (c *consumer) Retire(queued int) {
 	}
 }
 
+// discard drops every entry published and hands every slot back: the
+// consumer index jumps to the producer's (modify to RESET; see
+// nic.QP.DiscardPosted). A producer index more than a ring away is left
+// alone: such a ring is corrupt and stopped anyway.
+func (c *consumer) discard() {
+	if tail := loadProd(c.m); tail-c.head <= c.entries {
+		c.head = tail
+	}
+	c.freed = c.head
+	storeCons(c.m, c.head)
+}
+
 // Corrupt reports whether the ring was stopped because its producer index
 // was impossible.
 func (c *consumer) Corrupt() bool { return c.corrupt.Load() }
@@ -174,6 +186,13 @@ func (q *SendQueue) Consume() {
 	q.have = false
 	q.peeked.Store(0)
 	q.consume()
+}
+
+// Discard implements nic.Discarder, on the send owner.
+func (q *SendQueue) Discard() {
+	q.have = false
+	q.peeked.Store(0)
+	q.discard()
 }
 
 // Stalled reports whether the entry at the head of the ring was handed out
@@ -437,6 +456,13 @@ func (q *RecvQueue) Consume() {
 	}
 	q.have = false
 	q.consume()
+}
+
+// Discard implements nic.Discarder, on the receive owner (not for an
+// SRQ's ring: RESET of a QP leaves its SRQ alone).
+func (q *RecvQueue) Discard() {
+	q.have = false
+	q.discard()
 }
 
 // DecodeRQE decodes and validates one copied RQE. It reports false if the

@@ -760,8 +760,15 @@ func (c *conn) modifyQP(r *verbsock.ModifyQPReq) error {
 		return errf(syscall.EINVAL, "attribute mask %#x", r.Mask)
 	}
 	a := QPAttrFromWire(&r.Attr)
-	if err := o.qp.Load().Modify(&a, transport.AttrMask(r.Mask)); err != nil {
+	qp := o.qp.Load()
+	if err := qp.Modify(&a, transport.AttrMask(r.Mask)); err != nil {
 		return errf(syscall.EINVAL, "%v", err)
+	}
+	if transport.AttrMask(r.Mask)&transport.AttrState != 0 && a.State == transport.StateReset {
+		// RESET empties the rings too, so the QP takes its full depth again.
+		if err := qp.DiscardPosted(); err != nil {
+			return errf(syscall.EIO, "%v", err)
+		}
 	}
 	return nil
 }

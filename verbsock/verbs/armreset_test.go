@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,5 +70,78 @@ func TestReqNotifyNextNotNarrowed(t *testing.T) {
 	// No event is left over from WR 2 (it was not solicited).
 	if err := b.rcq.WaitEvent(ctxT(t, 30*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("extra event: %v", err)
+	}
+}
+
+// fillQueues posts max_send_wr SENDs (which b, with no receive posted,
+// answers with RNR NAKs for ever: none completes) and max_recv_wr receives
+// (nothing is sent to a) on a, and checks both queues are then full.
+func fillQueues(t *testing.T, a, b *side, round int) {
+	t.Helper()
+	c := a.qp.Cap()
+	for i := range c.MaxSendWR {
+		if err := a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{a.mr.SGE(0, 16)}}); err != nil {
+			t.Fatalf("round %d: send %d of %d: %v", round, i, c.MaxSendWR, err)
+		}
+	}
+	for i := range c.MaxRecvWR {
+		if err := a.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{a.mr.SGE(0, 16)}}); err != nil {
+			t.Fatalf("round %d: receive %d of %d: %v", round, i, c.MaxRecvWR, err)
+		}
+	}
+	if err := a.qp.PostSend(verbs.SendWR{ID: 999, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.mr.SGE(0, 16)}}); !errors.Is(err, syscall.ENOMEM) {
+		t.Fatalf("round %d: send past max_send_wr: %v, want ENOMEM", round, err)
+	}
+	if err := a.qp.PostRecv(verbs.RecvWR{ID: 999, SGL: []verbs.SGE{a.mr.SGE(0, 16)}}); !errors.Is(err, syscall.ENOMEM) {
+		t.Fatalf("round %d: receive past max_recv_wr: %v, want ENOMEM", round, err)
+	}
+}
+
+// Modify to RESET with WQEs outstanding empties both queues without
+// completions, and the QP, brought up again, takes its full depth again
+// (IBA 10.3.1: RESET empties the queues).
+func TestResetFreesRingSlots(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	a := newSide(t, d, e.host, verbs.QPTypeRC, nil, nil)
+	b := newSide(t, d, e.host, verbs.QPTypeRC, nil, nil)
+	connect(t, a, b)
+	for round := range 3 {
+		fillQueues(t, a, b, round)
+		if err := a.qp.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+		reconnect(t, a, b)
+	}
+	fillQueues(t, a, b, 3)
+	// No completion of a discarded WQE ever came.
+	var wc [4]verbs.WC
+	if n := a.scq.Poll(wc[:]) + a.rcq.Poll(wc[:]); n != 0 {
+		t.Fatalf("%d completions of WQEs RESET discarded: %+v", n, wc[0])
+	}
+}
+
+// reconnect brings a back to RTS towards b after a RESET.
+func reconnect(t *testing.T, a, b *side) {
+	t.Helper()
+	acc := verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	for _, st := range []struct {
+		a verbs.QPAttr
+		m verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, AccessFlags: acc},
+			verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: b.qp.QPN(), RQPSN: 100, MaxDestRdAtomic: 16,
+			MinRNRTimer: 1, AV: verbs.AHAttr{DGID: b.gid, SGIDIndex: a.gidx, HopLimit: 64, Port: 1}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+				verbs.QPAttrMaxQPRdAtomic},
+	} {
+		if err := a.qp.Modify(&st.a, st.m); err != nil {
+			t.Fatalf("modify to %v: %v", st.a.State, err)
+		}
 	}
 }
