@@ -22,9 +22,12 @@ type pcapTap struct {
 
 type fileID struct{ dev, ino uint64 }
 
+// statID identifies the file at path itself: a symlink planted there is not
+// the capture, whatever it points to (Lstat), so reopen replaces it, and
+// pcapfile.Create then refuses it.
 func statID(path string) (fileID, bool) {
 	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
+	if unix.Lstat(path, &st) != nil {
 		return fileID{}, false
 	}
 	return fileID{st.Dev, st.Ino}, true

@@ -292,17 +292,32 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 		return nil, err
 	}
 	l.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
-		return nil, err
-	}
 	if gid >= 0 {
-		if err := os.Chown(path, -1, gid); err != nil {
+		if err := chgrpSocket(path, gid); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("server: chown %s to group %d: %w", path, gid, err)
 		}
 	}
 	return l, nil
+}
+
+// chgrpSocket gives the socket file at path to group gid without following
+// a link someone swapped in after bind (O_PATH|O_NOFOLLOW, then fchownat on
+// that descriptor, only if it is a socket). Its mode came from bind's umask.
+func chgrpSocket(path string, gid int) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("replaced after bind (mode %#o)", st.Mode)
+	}
+	return unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH)
 }
 
 func (s *Server) register(c *conn) bool {
