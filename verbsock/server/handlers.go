@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/transport"
@@ -138,6 +139,7 @@ func (c *conn) hello(r *verbsock.HelloReq) (any, []int, error) {
 	}
 	c.version = verbsock.Version
 	c.ready.Store(true)
+	_ = c.sock.UnixConn().SetReadDeadline(time.Time{}) // the hello timeout is met
 	resp := &verbsock.HelloResp{Version: verbsock.Version, PageSize: uint32(shm.PageSize), ClientID: c.id, Limits: c.s.limits}
 	copy(resp.DevName[:], c.s.dev.Name())
 	return resp, nil, nil
@@ -197,8 +199,12 @@ func (c *conn) allocPD() (any, error) {
 	if uint32(len(c.pds)) >= c.s.limits.MaxPD {
 		return nil, quota("PDs", uint64(c.s.limits.MaxPD))
 	}
+	if err := c.charge(resPD, 1); err != nil {
+		return nil, err
+	}
 	pd, err := c.s.dev.Mem().AllocPD()
 	if err != nil {
+		c.uncharge(resPD, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -217,6 +223,7 @@ func (c *conn) deallocPD(h uint32) error {
 		return fmt.Errorf("PD %d still has MRs, MWs, QPs, SRQs or AHs: %w", h, err)
 	}
 	delete(c.pds, h)
+	c.uncharge(resPD, 1)
 	return nil
 }
 
@@ -235,21 +242,19 @@ func shmErr(err error) error {
 // mapFD checks and maps a client memfd against the byte quota. want > 0
 // requires that exact size.
 func (c *conn) mapFD(fd int, want int64) (*shm.Mapping, error) {
-	lim := int64(c.s.limits.MaxMemBytes)
 	n, err := shm.Check(fd, want, 1<<46)
 	if err != nil {
 		return nil, shmErr(err)
 	}
-	if c.memBytes.Add(n) > lim {
-		c.memBytes.Add(-n)
-		return nil, quota("bytes of shared memory mapped", uint64(lim))
+	if err := c.chargeBytes(n); err != nil {
+		return nil, err
 	}
 	m, err := shm.Map(fd, n, n)
 	if err != nil {
-		c.memBytes.Add(-n)
+		c.unchargeBytes(n)
 		return nil, shmErr(err)
 	}
-	m.OnUnmap = func() { c.memBytes.Add(-n) }
+	m.OnUnmap = func() { c.unchargeBytes(n) }
 	return m, nil
 }
 
@@ -260,8 +265,12 @@ func (c *conn) mapMem(fds []int) (any, error) {
 	if full {
 		return nil, quota("memory objects", uint64(c.s.limits.MaxMem))
 	}
+	if err := c.charge(resMem, 1); err != nil {
+		return nil, err
+	}
 	m, err := c.mapFD(fds[0], 0)
 	if err != nil {
+		c.uncharge(resMem, 1)
 		return nil, err
 	}
 	c.mu.Lock()
@@ -279,6 +288,7 @@ func (c *conn) unmapMem(h uint32) error {
 	if m == nil {
 		return noObj("memory object", h)
 	}
+	c.uncharge(resMem, 1)
 	m.m.Release() // unmapped now, or when the last MR over it goes
 	return nil
 }
@@ -308,8 +318,17 @@ func (c *conn) regMR(r *verbsock.RegMRReq) (any, error) {
 	if r.Length > c.s.limits.MaxMRBytes-c.mrBytes {
 		return nil, quota("bytes registered", c.s.limits.MaxMRBytes)
 	}
+	if err := c.charge(resMR, 1); err != nil {
+		return nil, err
+	}
+	if err := c.charge(resMRBytes, r.Length); err != nil {
+		c.uncharge(resMR, 1)
+		return nil, err
+	}
 	key, err := c.s.dev.Mem().RegMR(p.pd, m.m, r.Offset, r.Length, r.IOVA, mem.Access(r.Access))
 	if err != nil {
+		c.uncharge(resMR, 1)
+		c.uncharge(resMRBytes, r.Length)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -330,6 +349,8 @@ func (c *conn) deregMR(h uint32) error {
 	}
 	delete(c.mrs, h)
 	c.mrBytes -= r.length
+	c.uncharge(resMR, 1)
+	c.uncharge(resMRBytes, r.length)
 	return nil
 }
 
@@ -346,8 +367,12 @@ func (c *conn) allocMR(r *verbsock.AllocMRReq) (any, error) {
 	if r.MaxPages == 0 || int64(r.MaxPages) > int64(c.s.cfg.MaxFastRegPages) {
 		return nil, errf(syscall.EINVAL, "fast-reg MR of %d pages (max %d)", r.MaxPages, c.s.cfg.MaxFastRegPages)
 	}
+	if err := c.charge(resMR, 1); err != nil {
+		return nil, err
+	}
 	key, err := c.s.dev.Mem().AllocMR(p.pd, int(r.MaxPages))
 	if err != nil {
+		c.uncharge(resMR, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -368,8 +393,12 @@ func (c *conn) allocMW(r *verbsock.AllocMWReq) (any, error) {
 	if r.Type != uint32(mem.MWType1) && r.Type != uint32(mem.MWType2B) {
 		return nil, errf(syscall.EINVAL, "MW type %d", r.Type)
 	}
+	if err := c.charge(resMW, 1); err != nil {
+		return nil, err
+	}
 	key, err := c.s.dev.Mem().AllocMW(p.pd, mem.MWType(r.Type))
 	if err != nil {
+		c.uncharge(resMW, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -388,6 +417,7 @@ func (c *conn) deallocMW(h uint32) error {
 		return err
 	}
 	delete(c.mws, h)
+	c.uncharge(resMW, 1)
 	return nil
 }
 
@@ -439,6 +469,15 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 	if full {
 		return nil, nil, quota("CQs", uint64(c.s.limits.MaxCQ))
 	}
+	if err := c.charge(resCQ, 1); err != nil {
+		return nil, nil, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			c.uncharge(resCQ, 1)
+		}
+	}()
 	n := ring.EntriesFor(r.CQE)
 	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.CQESize, shm.PageSize)))
 	if err != nil {
@@ -477,6 +516,7 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 	c.mu.Lock()
 	c.cqs[h] = o
 	c.mu.Unlock()
+	created = true
 	return &verbsock.CreateCQResp{CQ: h, Entries: n}, rfds, nil
 }
 
@@ -494,6 +534,7 @@ func (c *conn) destroyCQHandle(h uint32) error {
 	delete(c.cqs, h)
 	c.mu.Unlock()
 	c.destroyCQ(o)
+	c.uncharge(resCQ, 1)
 	return nil
 }
 
@@ -604,8 +645,18 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		return nil, nil, errf(syscall.EBADF, "create_qp takes %d ring memfds (SQ%s), got %d", want,
 			map[bool]string{true: "", false: ", RQ"}[srq != nil], len(fds))
 	}
+	if err := c.charge(resQP, 1); err != nil {
+		return nil, nil, err
+	}
 	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq}
+	if err := c.chargeBytes(qpHeapBytes(cp, srq != nil)); err != nil {
+		c.uncharge(resQP, 1)
+		return nil, nil, fmt.Errorf("QP of %d/%d WRs: %w", sqN, rqN, err)
+	}
+	o.heap = qpHeapBytes(cp, srq != nil)
 	fail := func(err error) (any, []int, error) {
+		c.uncharge(resQP, 1)
+		c.unchargeBytes(o.heap)
 		if o.sqm != nil {
 			o.sqm.Release()
 		}
@@ -760,6 +811,9 @@ func (c *conn) modifyQP(r *verbsock.ModifyQPReq) error {
 		return errf(syscall.EINVAL, "attribute mask %#x", r.Mask)
 	}
 	a := QPAttrFromWire(&r.Attr)
+	if err := c.checkQKey(transport.AttrMask(r.Mask), a.QKey); err != nil {
+		return err
+	}
 	qp := o.qp.Load()
 	if err := qp.Modify(&a, transport.AttrMask(r.Mask)); err != nil {
 		return errf(syscall.EINVAL, "%v", err)
@@ -792,6 +846,7 @@ func (c *conn) destroyQPHandle(h uint32) error {
 	delete(c.qps, h)
 	c.mu.Unlock()
 	c.destroyQP(o)
+	c.uncharge(resQP, 1)
 	c.mu.Lock()
 	o.scq.users--
 	o.rcq.users--
@@ -820,6 +875,21 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	}
 	n := ring.EntriesFor(r.MaxWR)
 	maxSGE := max(r.MaxSGE, 1)
+	heap := srqHeapBytes(n, maxSGE)
+	if err := c.charge(resSRQ, 1); err != nil {
+		return nil, nil, err
+	}
+	if err := c.chargeBytes(heap); err != nil {
+		c.uncharge(resSRQ, 1)
+		return nil, nil, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			c.uncharge(resSRQ, 1)
+			c.unchargeBytes(heap)
+		}
+	}()
 	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.RQEntrySize(maxSGE), shm.PageSize)))
 	if err != nil {
 		return nil, nil, err
@@ -827,7 +897,7 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	c.mu.Lock()
 	h := c.handleLocked()
 	c.mu.Unlock()
-	o := &srqObj{pd: r.PD, m: m}
+	o := &srqObj{pd: r.PD, m: m, heap: heap}
 	o.rq, err = c.srqRing(h, m, n, maxSGE)
 	if err != nil {
 		m.Release()
@@ -853,6 +923,7 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	c.mu.Lock()
 	c.srqs[h] = o
 	c.mu.Unlock()
+	created = true
 	go b.run(func() { c.drainSRQ(o) })
 	return &verbsock.CreateSRQResp{SRQ: h, SRQN: srq.SRQN(), MaxWR: n, MaxSGE: maxSGE}, []int{bfd}, nil
 }
@@ -913,21 +984,30 @@ func (c *conn) resizeSRQ(r *verbsock.ResizeSRQReq, fds []int) (any, error) {
 	}
 	n := ring.EntriesFor(r.MaxWR)
 	_, maxSGE, _ := o.srq.Attr()
+	// The SRQ's private ring grows with it: charge the difference first.
+	grow := max(srqHeapBytes(n, maxSGE)-o.heap, 0)
+	if err := c.chargeBytes(grow); err != nil {
+		return nil, err
+	}
 	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.RQEntrySize(maxSGE), shm.PageSize)))
 	if err != nil {
+		c.unchargeBytes(grow)
 		return nil, err
 	}
 	rq, err := c.srqRing(r.SRQ, m, n, maxSGE)
 	if err != nil {
 		m.Release()
+		c.unchargeBytes(grow)
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
 	old := o.m
 	used, err := o.moveTo(rq, m, n)
 	if err != nil {
 		m.Release()
+		c.unchargeBytes(grow)
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
+	o.heap += grow // a shrunk SRQ keeps its larger charge (conservative)
 	old.Release()
 	return &verbsock.ResizeSRQResp{MaxWR: n, Used: used}, nil
 }
@@ -1003,6 +1083,7 @@ func (c *conn) destroySRQHandle(h uint32) error {
 	delete(c.srqs, h)
 	c.mu.Unlock()
 	c.destroySRQ(o)
+	c.uncharge(resSRQ, 1)
 	return nil
 }
 
@@ -1020,7 +1101,11 @@ func (c *conn) createAH(r *verbsock.CreateAHReq) (any, error) {
 	if err := c.s.dev.ResolveAH(&av); err != nil {
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
+	if err := c.charge(resAH, 1); err != nil {
+		return nil, err
+	}
 	if err := c.s.dev.Mem().HoldPD(p.pd); err != nil {
+		c.uncharge(resAH, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -1036,5 +1121,6 @@ func (c *conn) destroyAH(h uint32) error {
 		return noObj("AH", h)
 	}
 	delete(c.ahs, h) // WRs already decoded keep their AV
+	c.uncharge(resAH, 1)
 	return c.s.dev.Mem().ReleasePD(a.pd)
 }

@@ -56,6 +56,20 @@ type Config struct {
 	Log    *slog.Logger
 	// Limits are each connection's quotas; zero fields take DefaultLimits.
 	Limits verbsock.Limits
+	// UserLimits bound what all connections of one peer uid hold together;
+	// zero fields take DefaultUserLimits, and each object count is held
+	// below half of the device's table of it.
+	UserLimits verbsock.Limits
+	// MaxConns and MaxConnsPerUser bound the connections served, in all
+	// and per peer uid (defaults DefaultMaxConns, DefaultMaxConnsPerUser);
+	// a connection past them gets EUSERS in answer to its hello.
+	MaxConns, MaxConnsPerUser int
+	// HelloTimeout is how long a new connection may take to say hello
+	// before it is closed (default DefaultHelloTimeout).
+	HelloTimeout time.Duration
+	// PrivilegedGroups are the groups whose members, besides uid 0, may set
+	// controlled Q_Keys (high bit set) on their QPs.
+	PrivilegedGroups []uint32
 	// WriteTimeout bounds how long a reply may wait for room in a client's
 	// socket buffer before the client is dropped (default 5 s).
 	WriteTimeout time.Duration
@@ -70,12 +84,15 @@ type Config struct {
 
 // Server serves verbsock connections.
 type Server struct {
-	cfg    Config
-	dev    Device
-	log    *slog.Logger
-	limits verbsock.Limits
+	cfg      Config
+	dev      Device
+	log      *slog.Logger
+	limits   verbsock.Limits
+	userLim  [nRes]uint64
+	refusing chan struct{} // refused connections being answered
 
 	mu        sync.Mutex
+	users     map[uint32]*account // +checklocks:mu
 	conns     map[*conn]struct{}
 	listeners map[*net.UnixListener]struct{}
 	closed    bool
@@ -128,8 +145,15 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxMRBytes == 0 {
 		l.MaxMRBytes = d.MaxMRBytes
 	}
-	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l,
-		conns: map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l, users: map[uint32]*account{},
+		refusing: make(chan struct{}, maxRefusing),
+		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+	if err := s.fillConnLimits(); err != nil {
+		return nil, err
+	}
+	a := cfg.Device.Attr()
+	s.userLim = userLimits(cfg.UserLimits, deviceTables{MaxPD: a.MaxPD, MaxCQ: a.MaxCQ, MaxQP: a.MaxQP,
+		MaxSRQ: a.MaxSRQ, MaxMR: a.MaxMR, MaxMW: a.MaxMW, MaxAH: a.MaxAH})
 	s.wg.Add(1)
 	go s.sweeper()
 	return s, nil
@@ -210,6 +234,10 @@ func (s *Server) ServeConn(uc *net.UnixConn) {
 	c, err := s.newConn(uc)
 	if err != nil {
 		s.log.Warn("verbsock connection refused", "err", err)
+		if errors.Is(err, syscall.EUSERS) {
+			s.refuse(uc, err)
+			return
+		}
 		uc.Close()
 		return
 	}
@@ -320,22 +348,25 @@ func chgrpSocket(path string, gid int) error {
 	return unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH)
 }
 
-func (s *Server) register(c *conn) bool {
+func (s *Server) register(c *conn, uid uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return false
+	a, err := s.admitLocked(uid)
+	if err != nil {
+		return err
 	}
+	c.acct = a
 	s.nextID++
 	c.id = s.nextID
 	s.conns[c] = struct{}{}
 	s.wg.Add(1) // released when the connection's cleanup is done
-	return true
+	return nil
 }
 
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.leaveLocked(c.acct)
 	s.mu.Unlock()
 	s.wg.Done()
 }
