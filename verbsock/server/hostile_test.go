@@ -6,12 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/nictest"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 	"github.com/vrnic/vrnicd/verbsock/shm"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -166,4 +172,273 @@ func TestHostileHugetlbMemfdRefused(t *testing.T) {
 	}
 	ref.Release()
 	r.alive()
+}
+
+// sdkAs opens an SDK device on path as effective uid euid.
+func sdkAs(t testing.TB, path string, euid int) (*verbs.Device, error) {
+	t.Helper()
+	r, err := dialAs(t, path, euid, false)
+	if err != nil {
+		return nil, err
+	}
+	d, err := verbs.OpenConn(r.c.UnixConn())
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, nil
+}
+
+// smallDevice is a device (no link: nothing here sends) whose QP table
+// holds 16 QPs.
+func smallDevice(t testing.TB) *nic.Device {
+	t.Helper()
+	mac := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x15}
+	dev, err := nic.NewDevice(nic.Config{Name: "vrnicq", MAC: mac, LinkMTU: 1500, GIDs: gid.New(mac, 0),
+		Limits: nic.Limits{MaxQP: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// fill calls alloc until it fails and returns how many succeeded and the
+// error (at most limit tries).
+func fill(limit int, alloc func() error) (int, error) {
+	for i := range limit {
+		if err := alloc(); err != nil {
+			return i, err
+		}
+	}
+	return limit, nil
+}
+
+const nobody = 65534
+
+// Quotas hold across connections: one uid with as many connections as it
+// may open gets its per-uid share and no more, a connection past its
+// bound is refused with EUSERS, and another uid still gets its own quota
+// and its share of the device's QP table; a uid's usage goes back when
+// its connections close.
+func TestHostileQuotasPerUser(t *testing.T) {
+	needRoot(t)
+	dev := smallDevice(t)
+	s, err := server.New(server.Config{Device: dev, Limits: verbsock.Limits{MaxPD: 4, MaxQP: 6},
+		UserLimits: verbsock.Limits{MaxPD: 6, MaxQP: 100}, MaxConnsPerUser: 3, WriteTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	path := serveSocket(t, s)
+
+	var ds []*verbs.Device
+	for range 3 {
+		d, err := sdkAs(t, path, nobody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	if _, err := sdkAs(t, path, nobody); !errors.Is(err, syscall.EUSERS) {
+		t.Fatalf("fourth connection of uid %d: %v, want EUSERS", nobody, err)
+	}
+	// QPs: the per-uid limit (100) is above the share of the device's
+	// table, 16/2: the share binds.
+	pds, qps := 0, 0
+	var lastPD, lastQP error
+	for _, d := range ds {
+		pd, cq := pdAndCQ(t, d)
+		pds++
+		n, err := fill(10, func() error { _, err := pd.CreateQP(smallQP(cq)); return err })
+		qps, lastQP = qps+n, err
+	}
+	if qps != 8 || !errors.Is(lastQP, syscall.EDQUOT) {
+		t.Fatalf("uid %d got %d QPs (last: %v), want half the device's 16 and EDQUOT", nobody, qps, lastQP)
+	}
+	for _, d := range ds {
+		n, err := fill(10, func() error { _, err := d.AllocPD(); return err })
+		pds, lastPD = pds+n, err
+	}
+	if pds != 6 || !errors.Is(lastPD, syscall.EDQUOT) || !strings.Contains(lastPD.Error(), "uid") {
+		t.Fatalf("uid %d got %d PDs over 3 connections (last: %v), want its 6 and EDQUOT", nobody, pds, lastPD)
+	}
+
+	// Root, another uid, gets its full per-connection quota.
+	root, err := sdkAs(t, path, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, cq := pdAndCQ(t, root)
+	if n, err := fill(3, func() error { _, err := root.AllocPD(); return err }); n != 3 {
+		t.Fatalf("another uid got %d of its 4 PDs: %v", n+1, err)
+	}
+	if n, err := fill(6, func() error { _, err := pd.CreateQP(smallQP(cq)); return err }); n != 6 {
+		t.Fatalf("another uid got %d of its 6 QPs: %v", n, err)
+	}
+
+	// Closing gives the uid's usage back.
+	for _, d := range ds {
+		d.Close()
+	}
+	waitUntil(t, "uid's usage released", func() bool { return s.Used(nobody) == verbsock.Limits{} })
+	d, err := sdkAs(t, path, nobody)
+	if err != nil {
+		t.Fatalf("uid %d after closing its connections: %v", nobody, err)
+	}
+	if n, err := fill(4, func() error { _, err := d.AllocPD(); return err }); n != 4 {
+		t.Fatalf("after release: %d PDs: %v", n, err)
+	}
+}
+
+func pdAndCQ(t testing.TB, d *verbs.Device) (*verbs.PD, *verbs.CQ) {
+	t.Helper()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd, cq
+}
+
+func smallQP(cq *verbs.CQ) verbs.QPInitAttr {
+	return verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+}
+
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A connection that never says hello is closed after HelloTimeout, and
+// frees its place under the per-uid connection bound; the daemon serves
+// others meanwhile.
+func TestHostileNoHello(t *testing.T) {
+	h, _ := nictest.Pair(t, 1500)
+	s, err := server.New(server.Config{Device: h.Dev, HelloTimeout: 50 * time.Millisecond, MaxConnsPerUser: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	path := serveSocket(t, s)
+	mute, err := dialAs(t, path, -1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = mute.c.UnixConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, _, err := mute.c.Read(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection without hello was not closed by the daemon: %v", err)
+	}
+	waitUntil(t, "the mute connection unregistered", func() bool { return s.Clients() == 0 })
+	r, err := dialAs(t, path, -1, true)
+	if err != nil {
+		t.Fatalf("the uid's one connection after the mute one went: %v", err)
+	}
+	r.alive()
+}
+
+// The daemon's private per-QP memory (the engine's WQE rings, sized from
+// the caps the client asks) counts in the client's memory quota: QPs at
+// the device's maximum caps are refused (EDQUOT) before they cost the
+// daemon more heap than the quota.
+func TestHostileQPHeapInQuota(t *testing.T) {
+	h, _ := nictest.Pair(t, 1500)
+	const quota = 96 << 20
+	s, err := server.New(server.Config{Device: h.Dev, Limits: verbsock.Limits{MaxMemBytes: quota}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	d, err := sdkAs(t, serveSocket(t, s), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, cq := pdAndCQ(t, d)
+	a := h.Dev.Attr()
+	attr := verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: a.MaxQPWR,
+		MaxRecvWR: a.MaxQPWR, MaxSendSGE: a.MaxSGE, MaxRecvSGE: a.MaxSGE, MaxInlineData: a.MaxInlineData}}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	n, err := fill(10, func() error { _, err := pd.CreateQP(attr); return err })
+	if !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("%d QPs at maximum caps, then %v; want EDQUOT", n, err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	grew := int64(ms.HeapAlloc) - int64(before)
+	t.Logf("%d QPs at maximum caps: heap grew %d MiB; quota %d MiB; charged %d MiB", n, grew>>20, quota>>20,
+		s.Used(0).MaxMemBytes>>20)
+	if grew > quota {
+		t.Fatalf("%d QPs grew the heap by %d bytes, more than the %d-byte quota", n, grew, quota)
+	}
+	if used := s.Used(0).MaxMemBytes; used > quota || grew > int64(used) {
+		t.Fatalf("charged %d bytes (quota %d) for a heap growth of %d: the charge must bound the cost", used, quota, grew)
+	}
+}
+
+// Controlled Q_Keys (high bit set, as QP1's 0x80010000) are refused with
+// EPERM to an unprivileged client, as ib_uverbs refuses them without
+// CAP_NET_RAW; uid 0 and members of a privileged group may set them.
+func TestHostileControlledQKey(t *testing.T) {
+	needRoot(t)
+	h, _ := nictest.Pair(t, 1500)
+	for _, tc := range []struct {
+		groups []uint32
+		euid   int
+		ok     bool
+	}{
+		{nil, nobody, false},
+		{nil, -1, true},             // root
+		{[]uint32{0}, nobody, true}, // the test thread's egid is 0
+	} {
+		s, err := server.New(server.Config{Device: h.Dev, PrivilegedGroups: tc.groups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := sdkAs(t, serveSocket(t, s), tc.euid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd, cq := pdAndCQ(t, d)
+		attr := smallQP(cq)
+		attr.Type = verbs.QPTypeUD
+		qp, err := pd.CreateQP(attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		init := verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey
+		err = qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: 0x80010000}, init)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("groups %v euid %d: controlled Q_Key refused: %v", tc.groups, tc.euid, err)
+		case !tc.ok && !errors.Is(err, syscall.EPERM):
+			t.Errorf("groups %v euid %d: controlled Q_Key: %v, want EPERM", tc.groups, tc.euid, err)
+		}
+		if !tc.ok {
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: 0x11111111}, init); err != nil {
+				t.Errorf("an ordinary Q_Key: %v", err)
+			}
+			// Later, in RTS, the same refusal.
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState); err != nil {
+				t.Fatal(err)
+			}
+			if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, QKey: 0x80000000}, verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrQKey); !errors.Is(err, syscall.EPERM) {
+				t.Errorf("controlled Q_Key at RTS: %v, want EPERM", err)
+			}
+		}
+		d.Close()
+		s.Close()
+	}
 }
