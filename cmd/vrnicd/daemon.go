@@ -161,7 +161,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cancel = cancel
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.log)
+	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.log, cfg)
 	if err != nil {
 		return nil, err
 	}

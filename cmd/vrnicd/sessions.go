@@ -25,8 +25,10 @@ type connServer interface {
 // newConnServer returns the client protocol's server for dev; port adds
 // the port's counters (netstack.Counters.Each) to the device's in
 // query_stats (icrc_errors is counted there).
-func newConnServer(dev *nic.Device, port server.CounterFunc, log *slog.Logger) (connServer, error) {
-	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: port})
+func newConnServer(dev *nic.Device, port server.CounterFunc, log *slog.Logger, c *Config) (connServer, error) {
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: port, Limits: c.ConnLimits,
+		UserLimits: c.UserLimits, MaxConns: c.MaxConns, MaxConnsPerUser: c.MaxConnsPerUser,
+		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close
