@@ -43,8 +43,12 @@ func (c *consumer) init(m []byte, entries uint32, esize, pageSize int) error {
 // arms the doorbell: the consumer sets armed, then looks again, so that a
 // producer that published in between either sees armed (and rings) or its
 // entry is seen here (Dekker's pattern over two seq-cst atomics). A
-// producer index more than a ring ahead of head (or behind it) is corrupt:
-// the ring stops for good and reports why.
+// producer index behind head, or more than a ring ahead of the consumer
+// index published (freed, not head: an honest producer only writes slots
+// handed back), is corrupt: the ring stops for good and reports why. The
+// bound on freed keeps what the daemon holds from a ring (an SRQ's WQEs not
+// yet taken, an SQ's WQEs not yet completed) plus what waits in it within
+// the ring's size, so the SRQ the ring feeds always has room.
 func (c *consumer) next() ([]byte, error) {
 	if c.corrupt.Load() {
 		return nil, nil
@@ -57,9 +61,10 @@ func (c *consumer) next() ([]byte, error) {
 		}
 		atomic.StoreUint32(u32p(c.m, offArmed), 0)
 	}
-	if d := tail - c.head; d > c.entries {
+	if d := tail - c.head; d > c.entries || tail-c.freed > c.entries {
 		c.corrupt.Store(true)
-		return nil, fmt.Errorf("producer index %d is %d entries from consumer index %d in a ring of %d", tail, int64(d), c.head, c.entries)
+		return nil, fmt.Errorf("producer index %d is %d entries from consumer index %d (%d handed back) in a ring of %d",
+			tail, int64(d), c.head, c.freed, c.entries)
 	}
 	off := HeaderSize + int(c.head&(c.entries-1))*c.esize
 	return c.m[off : off+c.esize : off+c.esize], nil

@@ -940,8 +940,10 @@ func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*ring.RecvQu
 // drainSRQ moves posted receives from the SRQ ring into the SRQ. A slot
 // goes back when a QP takes its WQE (srqObj.taken), so the ring never
 // holds more than the SRQ's max_wr WQEs not yet taken and the SRQ has room
-// for all of them; were it full, the drain would retry on a short timer,
-// as nothing else would wake it.
+// for all of them: the ring bounds even a hostile producer so (its index
+// may run at most a ring ahead of the slots handed back, or the ring is
+// corrupt). Were the SRQ full all the same, the drain would retry on a
+// short timer, as nothing else would wake it.
 func (c *conn) drainSRQ(o *srqObj) {
 	for {
 		o.mu.Lock()

@@ -3,9 +3,11 @@ package verbs_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
@@ -143,5 +145,51 @@ func reconnect(t *testing.T, a, b *side) {
 		if err := a.qp.Modify(&st.a, st.m); err != nil {
 			t.Fatalf("modify to %v: %v", st.a.State, err)
 		}
+	}
+}
+
+// An SRQ's producer index may run at most a ring ahead of the slots the
+// daemon handed back, not of what it read: a client that publishes a whole
+// ring more while the SRQ still holds every WQE it posted would otherwise
+// leave the daemon's drain finding the SRQ full and retrying on a timer for
+// as long as nothing takes a WQE. The ring is corrupt instead (SRQ_ERR),
+// and the daemon goes on serving.
+func TestHostileSRQOverPost(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := pd.AllocBuffer(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr, err := srq.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range attr.MaxWR {
+		if err := srq.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := verbs.SRQRing(srq)
+	// The daemon's drain re-arms the doorbell once it has read them all.
+	waitFor(t, "the SRQ drain", func() bool { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&m[192]))) == 1 })
+	store64(m, offProd, uint64(2*attr.MaxWR)) // a second ring's worth, no slot handed back
+	verbs.RingSRQBell(srq)
+	waitEvent(t, d, verbs.EventSRQErr, nil)
+	// The daemon still serves this client.
+	if _, err := d.AllocPD(); err != nil {
+		t.Fatal(err)
 	}
 }

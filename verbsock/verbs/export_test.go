@@ -1,5 +1,7 @@
 package verbs
 
+import "github.com/vrnic/vrnicd/verbsock/shm"
+
 // SQRing, RQRing and CQRing expose a queue's shared memory to tests that
 // play a hostile client.
 func SQRing(q *QP) []byte  { return q.sqm }
@@ -26,3 +28,7 @@ func SQPublish(q *QP, edit func(slot []byte)) {
 
 // RingBell writes q's doorbell, whatever the ring says.
 func RingBell(q *QP) { q.ringBell() }
+
+// SRQRing exposes an SRQ's ring; RingSRQBell writes its doorbell.
+func SRQRing(s *SRQ) []byte { return s.m }
+func RingSRQBell(s *SRQ)    { _ = shm.Signal(s.bell) }
