@@ -14,6 +14,7 @@ import (
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 	"github.com/vrnic/vrnicd/verbsock/shm"
@@ -440,5 +441,102 @@ func TestHostileControlledQKey(t *testing.T) {
 		}
 		d.Close()
 		s.Close()
+	}
+}
+
+// udQP is a UD QP in RTS with Q_Key qkey, a registered buffer and a
+// receive CQ.
+type udQP struct {
+	qp  *verbs.QP
+	mr  *verbs.MR
+	pd  *verbs.PD
+	rcq *verbs.CQ
+	scq *verbs.CQ
+}
+
+func newUD(t testing.TB, d *verbs.Device, qkey uint32) *udQP {
+	t.Helper()
+	u := &udQP{}
+	u.pd, u.scq = pdAndCQ(t, d)
+	var err error
+	if u.rcq, err = d.CreateCQ(16, false); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := u.pd.AllocBuffer(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.mr, err = u.pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if u.qp, err = u.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: u.scq, RecvCQ: u.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []struct {
+		a verbs.QPAttr
+		m verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	} {
+		if err := u.qp.Modify(&st.a, st.m); err != nil {
+			t.Fatalf("UD to %v: %v", st.a.State, err)
+		}
+	}
+	if err := u.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{u.mr.SGE(0, 40+64)}}); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// The high bit of a UD send WR's remote Q_Key means "the QP's own Q_Key"
+// (IBA 10.2.5), so an unprivileged client, whose own Q_Key cannot be a
+// controlled one, cannot reach a QP that has one: its datagram carries its
+// own Q_Key and is dropped there, while a QP with that ordinary Q_Key
+// takes it.
+func TestHostileControlledQKeyInSendWR(t *testing.T) {
+	needRoot(t)
+	h, _ := nictest.Pair(t, 1500)
+	s, err := server.New(server.Config{Device: h.Dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	path := serveSocket(t, s)
+	priv, err := sdkAs(t, path, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := sdkAs(t, path, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	controlled := newUD(t, priv, 0x80010000)
+	ordinary := newUD(t, priv, 0x11111111)
+	sender := newUD(t, user, 0x11111111)
+	ah, err := sender.pd.CreateAH(verbs.AHAttr{DGID: h.GID(), SGIDIndex: h.GIDIndex(), HopLimit: 64, Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, dst := range []*udQP{controlled, ordinary} {
+		if err := sender.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, AH: ah,
+			RemoteQPN: dst.qp.QPN(), RemoteQKey: 0x80010000, SGL: []verbs.SGE{sender.mr.SGE(0, 16)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wc [2]verbs.WC
+	waitUntil(t, "the ordinary QP's receive", func() bool { return ordinary.rcq.Poll(wc[:1]) == 1 })
+	if wc[0].Status != verbs.WCSuccess || wc[0].SrcQP != sender.qp.QPN() {
+		t.Fatalf("ordinary QP: %+v", wc[0])
+	}
+	qp, ok := h.Dev.QP(controlled.qp.QPN())
+	if !ok {
+		t.Fatal("no controlled QP in the device")
+	}
+	waitUntil(t, "the controlled QP's drop", func() bool { return qp.Counters().Get(transport.RcvdDropped) == 1 })
+	if n := controlled.rcq.Poll(wc[:]); n != 0 {
+		t.Fatalf("the controlled-Q_Key QP received from an unprivileged client: %+v", wc[0])
 	}
 }
