@@ -210,8 +210,8 @@ func srqHeapBytes(maxWR, maxSGE uint32) int64 {
 		uint64(maxSGE)*uint64(unsafe.Sizeof(transport.SGE{})))
 }
 
-// admit registers a connection of uid: false with the reason when the
-// server is closed or a connection bound is reached.
+// admitLocked counts a connection of uid in its account, or says why not:
+// the server is closed or a connection bound is reached (EUSERS).
 // +checklocks:s.mu
 func (s *Server) admitLocked(uid uint32) (*account, error) {
 	if s.closed {
