@@ -253,11 +253,25 @@ func (s *Server) refuse(uc *net.UnixConn, err error) {
 		uc.Close()
 		return
 	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.refusing
+		uc.Close()
+		return
+	}
+	s.refused[uc] = struct{}{} // Close closes it: shutdown does not wait for its hello
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.refusing }()
-		defer uc.Close()
+		defer func() {
+			s.mu.Lock()
+			delete(s.refused, uc)
+			s.mu.Unlock()
+			uc.Close()
+		}()
 		vc := verbsock.NewConn(uc)
 		_ = uc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
 		h, _, fds, rerr := vc.Read()

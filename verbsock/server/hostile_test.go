@@ -540,3 +540,38 @@ func TestHostileControlledQKeyInSendWR(t *testing.T) {
 		t.Fatalf("the controlled-Q_Key QP received from an unprivileged client: %+v", wc[0])
 	}
 }
+
+// A connection refused for a connection bound that never sends its hello
+// does not hold up shutdown (the hello timeout here is an hour).
+func TestHostileRefusedMuteTeardown(t *testing.T) {
+	h, _ := nictest.Pair(t, 1500)
+	s, err := server.New(server.Config{Device: h.Dev, HelloTimeout: time.Hour, MaxConnsPerUser: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := serveSocket(t, s)
+	first, err := dialAs(t, path, -1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.alive()
+	mute, err := dialAs(t, path, -1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The refusal waits for the mute one's first request; the daemon
+	// keeps serving the first connection meanwhile.
+	waitUntil(t, "the refusal", func() bool { return server.Refusing(s) == 1 })
+	first.alive()
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for a refused connection's hello")
+	}
+	_ = mute.c.UnixConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, _, err := mute.c.Read(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the refused connection is still open after Close: %v", err)
+	}
+}

@@ -92,7 +92,8 @@ type Server struct {
 	refusing chan struct{} // refused connections being answered
 
 	mu        sync.Mutex
-	users     map[uint32]*account // +checklocks:mu
+	users     map[uint32]*account        // +checklocks:mu
+	refused   map[*net.UnixConn]struct{} // being answered by refuse; +checklocks:mu
 	conns     map[*conn]struct{}
 	listeners map[*net.UnixListener]struct{}
 	closed    bool
@@ -146,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 		l.MaxMRBytes = d.MaxMRBytes
 	}
 	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l, users: map[uint32]*account{},
+		refused:  map[*net.UnixConn]struct{}{},
 		refusing: make(chan struct{}, maxRefusing),
 		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
 	if err := s.fillConnLimits(); err != nil {
@@ -278,6 +280,9 @@ func (s *Server) Close() error {
 	}
 	for c := range s.conns {
 		c.sock.Close()
+	}
+	for uc := range s.refused {
+		uc.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
