@@ -1,8 +1,9 @@
 // Package server is the daemon side of verbsock: it serves client
 // connections over a Unix socket against a Device (a *nic.Device).
 //
-// Each connection has its own handle namespace, its own quotas (Limits) and
-// its own objects; when it closes (or its process dies) every object it
+// Each connection has its own handle namespace, its own quotas (Limits),
+// shared quotas with the other connections of its peer uid (UserLimits),
+// and its own objects; when it closes (or its process dies) every object it
 // owns is destroyed: its QPs go to ERR and stop, its SRQs, AHs, MWs, MRs,
 // CQs and PDs go, and its memory is unmapped once the last in-flight access
 // is done. Nothing a client writes into shared memory or sends on the
