@@ -314,8 +314,8 @@ func (s *Server) privileged(uc *net.UnixConn, cred *unix.Ucred) bool {
 	return false
 }
 
-// soPeerGroups is SO_PEERGROUPS (Linux 4.13; 59 on the asm-generic
-// numbering x86 and arm64 use); x/sys does not name it.
+// soPeerGroups is SO_PEERGROUPS (Linux 4.13): 59 on every Linux port Go
+// has (only sparc and parisc number it otherwise); x/sys does not name it.
 const soPeerGroups = 59
 
 // peerGroups is the peer's supplementary groups at connect, nil if the
