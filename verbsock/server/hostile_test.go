@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/gid"
@@ -78,16 +79,67 @@ func withEUID(t testing.TB, euid int, f func() error) error {
 	if euid < 0 {
 		return f()
 	}
+	return withCreds(t, creds{euid: euid, egid: -1}, f)
+}
+
+// creds are a thread's effective uid and gid (-1: unchanged) and, if not
+// nil, its supplementary groups.
+type creds struct {
+	euid, egid int
+	groups     []uint32
+}
+
+// withCreds runs f on this goroutine's OS thread with c, set by raw
+// syscalls (which change only the calling thread, unlike the libc and Go
+// wrappers), and sets root's back before the thread is released.
+func withCreds(t testing.TB, c creds, f func() error) error {
+	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(euid), ^uintptr(0)); e != 0 {
-		t.Fatalf("setresuid(-1, %d, -1): %v", euid, e)
+	old, err := unix.Getgroups()
+	if err != nil {
+		t.Fatal(err)
 	}
-	err := f()
+	setGroups := func(gs []uint32) syscall.Errno {
+		var p uintptr
+		if len(gs) > 0 {
+			p = uintptr(unsafe.Pointer(&gs[0]))
+		}
+		_, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(gs)), p, 0)
+		return e
+	}
+	if c.groups != nil {
+		if e := setGroups(c.groups); e != 0 {
+			t.Fatalf("setgroups(%v): %v", c.groups, e)
+		}
+	}
+	if c.egid >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(c.egid), ^uintptr(0)); e != 0 {
+			t.Fatalf("setresgid(-1, %d, -1): %v", c.egid, e)
+		}
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(c.euid), ^uintptr(0)); e != 0 {
+		t.Fatalf("setresuid(-1, %d, -1): %v", c.euid, e)
+	}
+	ferr := f()
 	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), 0, ^uintptr(0)); e != 0 {
 		panic("cannot restore euid 0 on a locked thread: " + e.Error())
 	}
-	return err
+	if c.egid >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), uintptr(os.Getgid()), ^uintptr(0)); e != 0 {
+			panic("cannot restore the egid on a locked thread: " + e.Error())
+		}
+	}
+	if c.groups != nil {
+		gs := make([]uint32, len(old))
+		for i, g := range old {
+			gs[i] = uint32(g)
+		}
+		if e := setGroups(gs); e != 0 {
+			panic("cannot restore the groups on a locked thread: " + e.Error())
+		}
+	}
+	return ferr
 }
 
 func needRoot(t testing.TB) {
@@ -579,5 +631,70 @@ func TestHostileRefusedMuteTeardown(t *testing.T) {
 	_ = mute.c.UnixConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, _, _, err := mute.c.Read(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the refused connection is still open after Close: %v", err)
+	}
+}
+
+// Membership of a privileged group counts through supplementary groups too
+// (SO_PEERGROUPS): a client of uid and gid 65534 whose supplementary group
+// is the socket's group may connect, and may set a controlled Q_Key only
+// if that group is privileged.
+func TestHostileControlledQKeySupplementaryGroup(t *testing.T) {
+	needRoot(t)
+	const group = 4242
+	h, _ := nictest.Pair(t, 1500)
+	for _, privileged := range []bool{false, true} {
+		var groups []uint32
+		if privileged {
+			groups = []uint32{group}
+		}
+		s, err := server.New(server.Config{Device: h.Dev, PrivilegedGroups: groups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		for _, d := range []string{dir, filepath.Dir(dir)} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path := filepath.Join(dir, "vrnicd.sock")
+		l, err := server.Listen(path, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Serve(l)
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := withCreds(t, creds{euid: nobody, egid: nobody, groups: []uint32{group}}, func() error {
+			return unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+		}); err != nil {
+			t.Fatalf("connect as a member of the socket's group: %v", err)
+		}
+		f := os.NewFile(uintptr(fd), "client")
+		fc, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := verbs.OpenConn(fc.(*net.UnixConn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd, cq := pdAndCQ(t, d)
+		attr := smallQP(cq)
+		attr.Type = verbs.QPTypeUD
+		qp, err := pd.CreateQP(attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: 0x80010000},
+			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrQKey)
+		if privileged && err != nil || !privileged && !errors.Is(err, syscall.EPERM) {
+			t.Errorf("privileged group %v: controlled Q_Key: %v", groups, err)
+		}
+		d.Close()
+		s.Close()
 	}
 }
