@@ -244,52 +244,46 @@ func (s *Server) leaveLocked(a *account) {
 
 // refuse answers the first request of a connection that was not admitted
 // with err (so the client's hello fails with its errno), waiting at most
-// HelloTimeout for it, then closes the connection. At most maxRefusing are
-// answered at once; others are closed at once.
+// HelloTimeout for it, then closes the connection; it returns when done
+// (ServeConn's caller may close uc again). At most maxRefusing are
+// answered at once; others are closed at once. Close closes those waiting.
 func (s *Server) refuse(uc *net.UnixConn, err error) {
+	defer uc.Close()
 	select {
 	case s.refusing <- struct{}{}:
 	default:
-		uc.Close()
 		return
 	}
+	defer func() { <-s.refusing }()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		<-s.refusing
-		uc.Close()
 		return
 	}
-	s.refused[uc] = struct{}{} // Close closes it: shutdown does not wait for its hello
-	s.wg.Add(1)
+	s.refused[uc] = struct{}{}
 	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		defer func() { <-s.refusing }()
-		defer func() {
-			s.mu.Lock()
-			delete(s.refused, uc)
-			s.mu.Unlock()
-			uc.Close()
-		}()
-		vc := verbsock.NewConn(uc)
-		_ = uc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
-		h, _, fds, rerr := vc.Read()
-		verbsock.CloseFDs(fds)
-		if rerr != nil {
-			return
-		}
-		msg := err.Error()
-		var e *verbsock.Error
-		if errors.As(err, &e) {
-			msg = e.Msg
-		}
-		if len(msg) > verbsock.MaxErrorText {
-			msg = msg[:verbsock.MaxErrorText]
-		}
-		_ = vc.Write(verbsock.Header{Version: verbsock.Version, Op: h.Op, ID: h.ID, Status: uint32(verbsock.ErrnoOf(err)),
-			Flags: verbsock.FlagReply}, []byte(msg), nil, s.cfg.WriteTimeout)
+	defer func() {
+		s.mu.Lock()
+		delete(s.refused, uc)
+		s.mu.Unlock()
 	}()
+	vc := verbsock.NewConn(uc)
+	_ = uc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	h, _, fds, rerr := vc.Read()
+	verbsock.CloseFDs(fds)
+	if rerr != nil {
+		return
+	}
+	msg := err.Error()
+	var e *verbsock.Error
+	if errors.As(err, &e) {
+		msg = e.Msg
+	}
+	if len(msg) > verbsock.MaxErrorText {
+		msg = msg[:verbsock.MaxErrorText]
+	}
+	_ = vc.Write(verbsock.Header{Version: verbsock.Version, Op: h.Op, ID: h.ID, Status: uint32(verbsock.ErrnoOf(err)),
+		Flags: verbsock.FlagReply}, []byte(msg), nil, s.cfg.WriteTimeout)
 }
 
 // privileged reports whether the peer may set controlled Q_Keys (the high

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // plantVictim makes a file a planted link will point at, and a check that
@@ -99,4 +102,49 @@ func TestDaemonSocketSymlinkAtStart(t *testing.T) {
 	}
 	oneLine(t, stderr, "socket "+sock, "is not a socket")
 	intact("start")
+}
+
+// The client limits of the config file reach the server: with
+// max_connections_per_user = 1 a second connection of the same user gets
+// EUSERS. They are fixed for the daemon's life: a reload that changes one
+// says it takes effect at restart.
+func TestDaemonClientLimitsFromConfig(t *testing.T) {
+	linktest.RequireRoot(t)
+	ns := linktest.NewNS(t, "vcl")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "vrnicd.sock")
+	cfg := filepath.Join(dir, "vrnicd.toml")
+	tap := linktest.UniqueName("vc")
+	write := func(perUser int) {
+		body := fmt.Sprintf("iface = \"tap:%s\"\nip = [\"192.0.2.10/24\"]\nmax_connections_per_user = %d\n"+
+			"user_limits = { max_pd = 2 }\n", tap, perUser)
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1)
+	d := startDaemon(t, ns, nil, "--config", cfg, "--socket", sock)
+	c, err := verbs.Open(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := verbs.Open(sock); !errors.Is(err, syscall.EUSERS) {
+		t.Fatalf("second connection of the user: %v, want EUSERS", err)
+	}
+	for i := range 3 {
+		if _, err := c.AllocPD(); (i < 2) != (err == nil) || i == 2 && !errors.Is(err, syscall.EDQUOT) {
+			t.Fatalf("PD %d: %v (user_limits max_pd = 2)", i, err)
+		}
+	}
+	write(4)
+	from := d.log.Len()
+	d.signal(syscall.SIGHUP)
+	r, _ := d.log.waitRecord(t, from, "setting changed; it takes effect at restart", 5*time.Second)
+	if r["key"] != "max_connections_per_user" {
+		t.Fatalf("restart-only change logged as %v", r)
+	}
+	if _, err := verbs.Open(sock); !errors.Is(err, syscall.EUSERS) {
+		t.Fatalf("after the reload: %v, want EUSERS still", err)
+	}
 }
