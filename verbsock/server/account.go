@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
 	"golang.org/x/sys/unix"
@@ -192,10 +193,22 @@ func (c *conn) unchargeBytes(n int64) {
 // the doorbell's and the two owners' goroutine stacks, and slack.
 const qpOverhead = 64 << 10
 
+// regMRBytes is what the page list of a REG_MR of up to maxPages pages
+// holds in the daemon: a fast-reg MR keeps its last one, and an SQ slot
+// keeps the WR it last carried, page list and all, until it is reused.
+func regMRBytes(maxPages int) int64 {
+	return int64(maxPages)*int64(unsafe.Sizeof(mem.Page{})) + int64(unsafe.Sizeof(transport.RegMRWR{}))
+}
+
 // qpHeapBytes is what a QP of caps cp costs the daemon beside its rings:
-// the engine's WQE rings and the ring decoders' private copies.
-func qpHeapBytes(cp transport.QPCap, srq bool) int64 {
+// the engine's WQE rings and the ring decoders' private copies, and on a
+// QP that may post REG_MR (RC, UC) a page list of up to maxPages pages per
+// SQ slot (the contiguous form is decoded into one).
+func qpHeapBytes(cp transport.QPCap, srq bool, typ transport.QPType, maxPages int) int64 {
 	b := transport.QPHeapBytes(cp, srq) + qpOverhead
+	if typ == transport.QPTypeRC || typ == transport.QPTypeUC {
+		b += uint64(cp.MaxSendWR+1) * uint64(regMRBytes(maxPages)) // and the decoder's copy
+	}
 	b += uint64(ring.SQEntrySize(cp.MaxSendSGE, cp.MaxInlineData)) + uint64(cp.MaxInlineData) +
 		uint64(cp.MaxSendSGE)*uint64(unsafe.Sizeof(transport.SGE{}))
 	if !srq {

@@ -71,6 +71,7 @@ type mrObj struct {
 	pd     uint32
 	key    uint32
 	length uint64
+	heap   int64 // daemon memory charged for a fast-reg MR's page list
 }
 
 type mwObj struct {
@@ -402,6 +403,7 @@ func (c *conn) cleanup() {
 		if p := pds[r.pd]; p != nil {
 			_ = t.DeregMR(p.pd, r.key)
 		}
+		c.unchargeBytes(r.heap)
 	}
 	for _, q := range cqs {
 		c.destroyCQ(q)

@@ -351,6 +351,7 @@ func (c *conn) deregMR(h uint32) error {
 	c.mrBytes -= r.length
 	c.uncharge(resMR, 1)
 	c.uncharge(resMRBytes, r.length)
+	c.unchargeBytes(r.heap)
 	return nil
 }
 
@@ -370,13 +371,19 @@ func (c *conn) allocMR(r *verbsock.AllocMRReq) (any, error) {
 	if err := c.charge(resMR, 1); err != nil {
 		return nil, err
 	}
-	key, err := c.s.dev.Mem().AllocMR(p.pd, int(r.MaxPages))
-	if err != nil {
+	heap := regMRBytes(int(r.MaxPages)) // the page list a REG_MR gives it
+	if err := c.chargeBytes(heap); err != nil {
 		c.uncharge(resMR, 1)
 		return nil, err
 	}
+	key, err := c.s.dev.Mem().AllocMR(p.pd, int(r.MaxPages))
+	if err != nil {
+		c.uncharge(resMR, 1)
+		c.unchargeBytes(heap)
+		return nil, err
+	}
 	h := c.handleLocked()
-	c.mrs[h] = &mrObj{pd: r.PD, key: key}
+	c.mrs[h] = &mrObj{pd: r.PD, key: key, heap: heap}
 	return &verbsock.RegMRResp{MR: h, LKey: key, RKey: key}, nil
 }
 
@@ -649,11 +656,11 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		return nil, nil, err
 	}
 	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq}
-	if err := c.chargeBytes(qpHeapBytes(cp, srq != nil)); err != nil {
+	o.heap = qpHeapBytes(cp, srq != nil, typ, c.s.cfg.MaxFastRegPages)
+	if err := c.chargeBytes(o.heap); err != nil {
 		c.uncharge(resQP, 1)
 		return nil, nil, fmt.Errorf("QP of %d/%d WRs: %w", sqN, rqN, err)
 	}
-	o.heap = qpHeapBytes(cp, srq != nil)
 	fail := func(err error) (any, []int, error) {
 		c.uncharge(resQP, 1)
 		c.unchargeBytes(o.heap)

@@ -405,10 +405,23 @@ func TestHostileNoHello(t *testing.T) {
 	r.alive()
 }
 
+// heapGrowth runs f and returns how much the live heap grew.
+func heapGrowth(f func()) int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	f()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc) - int64(before)
+}
+
 // The daemon's private per-QP memory (the engine's WQE rings, sized from
 // the caps the client asks) counts in the client's memory quota: QPs at
 // the device's maximum caps are refused (EDQUOT) before they cost the
-// daemon more heap than the quota.
+// daemon more heap than the quota. An RC QP at maximum caps, whose SQ
+// slots may each hold a REG_MR page list, costs more than the whole quota.
 func TestHostileQPHeapInQuota(t *testing.T) {
 	h, _ := nictest.Pair(t, 1500)
 	const quota = 96 << 20
@@ -423,26 +436,122 @@ func TestHostileQPHeapInQuota(t *testing.T) {
 	}
 	pd, cq := pdAndCQ(t, d)
 	a := h.Dev.Attr()
-	attr := verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: a.MaxQPWR,
+	attr := verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: a.MaxQPWR,
 		MaxRecvWR: a.MaxQPWR, MaxSendSGE: a.MaxSGE, MaxRecvSGE: a.MaxSGE, MaxInlineData: a.MaxInlineData}}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	before := ms.HeapAlloc
-	n, err := fill(10, func() error { _, err := pd.CreateQP(attr); return err })
+	var n int
+	grew := heapGrowth(func() {
+		n, err = fill(10, func() error { _, err := pd.CreateQP(attr); return err })
+	})
+	if !errors.Is(err, syscall.EDQUOT) || n == 0 {
+		t.Fatalf("%d UD QPs at maximum caps, then %v; want at least one, then EDQUOT", n, err)
+	}
+	used := s.Used(0).MaxMemBytes
+	t.Logf("%d UD QPs at maximum caps: heap grew %d MiB; quota %d MiB; charged %d MiB", n, grew>>20, quota>>20, used>>20)
+	if grew > quota || used > quota || grew > int64(used) {
+		t.Fatalf("%d QPs grew the heap by %d bytes, charged %d (quota %d): the charge must bound the cost", n, grew, used, quota)
+	}
+	attr.Type = verbs.QPTypeRC
+	if _, err := pd.CreateQP(attr); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("RC QP at maximum caps under a %d MiB quota: %v, want EDQUOT", quota>>20, err)
+	}
+}
+
+// REG_MR page lists are daemon memory a client makes the daemon hold: a
+// fast-reg MR keeps its list, and each SQ slot the REG_MR WR it carried
+// (the contiguous form is decoded into a list of up to max_fast_reg_pages
+// pages). Both are charged: posting a REG_MR of the largest list into every
+// slot of an RC SQ grows the heap by no more than was charged, and
+// fast-reg MRs are refused once their lists would pass the quota.
+func TestHostileRegMRPagesInQuota(t *testing.T) {
+	h, _ := nictest.Pair(t, 1500)
+	const quota = 256 << 20
+	s, err := server.New(server.Config{Device: h.Dev, Limits: verbsock.Limits{MaxMemBytes: quota}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	d, err := sdkAs(t, serveSocket(t, s), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, err := d.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxPages := int(da.MaxFastRegPageListLen)
+	const depth = 1024
+	cq, err := d.CreateCQ(depth, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := pd.AllocBuffer(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qp *verbs.QP
+	var fmr *verbs.MR
+	grew := heapGrowth(func() {
+		if fmr, err = pd.AllocMR(maxPages); err != nil {
+			t.Fatal(err)
+		}
+		if qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		selfRTS(t, qp, h)
+		for i := range depth {
+			if err := qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRegMR, Flags: verbs.SendSignaled,
+				RegMR: &verbs.RegMRWR{MR: fmr, Buffer: buf, PageSize: 4096, IOVA: 0x10000000,
+					Length: uint64(maxPages) * 4096, Access: verbs.AccessLocalWrite}}); err != nil {
+				t.Fatalf("REG_MR %d: %v", i, err)
+			}
+		}
+		out := make([]verbs.WC, 64)
+		for got := 0; got < depth; {
+			k := cq.Poll(out)
+			got += k
+			if k == 0 {
+				runtime.Gosched()
+			}
+		}
+	})
+	used := s.Used(0).MaxMemBytes
+	t.Logf("%d REG_MRs of %d pages in an SQ of %d: heap grew %d bytes; charged %d", depth, maxPages, depth, grew, used)
+	if grew > int64(used) {
+		t.Fatalf("REG_MR page lists grew the heap by %d bytes, more than the %d charged", grew, used)
+	}
+	n, err := fill(10000, func() error { _, err := pd.AllocMR(maxPages); return err })
 	if !errors.Is(err, syscall.EDQUOT) {
-		t.Fatalf("%d QPs at maximum caps, then %v; want EDQUOT", n, err)
+		t.Fatalf("%d fast-reg MRs of %d pages, then %v; want EDQUOT", n, maxPages, err)
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	grew := int64(ms.HeapAlloc) - int64(before)
-	t.Logf("%d QPs at maximum caps: heap grew %d MiB; quota %d MiB; charged %d MiB", n, grew>>20, quota>>20,
-		s.Used(0).MaxMemBytes>>20)
-	if grew > quota {
-		t.Fatalf("%d QPs grew the heap by %d bytes, more than the %d-byte quota", n, grew, quota)
+	if used := s.Used(0).MaxMemBytes; used > quota {
+		t.Fatalf("charged %d bytes, over the quota %d", used, quota)
 	}
-	if used := s.Used(0).MaxMemBytes; used > quota || grew > int64(used) {
-		t.Fatalf("charged %d bytes (quota %d) for a heap growth of %d: the charge must bound the cost", used, quota, grew)
+}
+
+// selfRTS brings an RC QP to RTS connected to itself.
+func selfRTS(t testing.TB, qp *verbs.QP, h *nictest.Host) {
+	t.Helper()
+	for _, st := range []struct {
+		a verbs.QPAttr
+		m verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: qp.QPN(), RQPSN: 1, MaxDestRdAtomic: 1,
+			MinRNRTimer: 1, AV: verbs.AHAttr{DGID: h.GID(), SGIDIndex: h.GIDIndex(), HopLimit: 64, Port: 1}},
+			verbs.QPAttrState | verbs.QPAttrAV | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry |
+				verbs.QPAttrMaxQPRdAtomic},
+	} {
+		if err := qp.Modify(&st.a, st.m); err != nil {
+			t.Fatalf("modify to %v: %v", st.a.State, err)
+		}
 	}
 }
 
