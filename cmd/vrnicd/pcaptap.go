@@ -3,6 +3,7 @@ package main
 import (
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -57,7 +58,11 @@ func (p *pcapTap) open(path string) error {
 		if w, err = pcapfile.Create(path); err != nil {
 			return err
 		}
-		id, _ = statID(path)
+		if fi, err := w.Stat(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				id = fileID{st.Dev, st.Ino}
+			}
+		}
 	}
 	p.mu.Lock()
 	old := p.w

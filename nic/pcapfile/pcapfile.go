@@ -99,6 +99,16 @@ func claim(fd int) error {
 	return err
 }
 
+// Stat describes the file Create opened (by its descriptor, so it is the
+// file being written whatever now sits at its path); ErrNotOwnFile for a
+// Writer of NewWriter.
+func (w *Writer) Stat() (os.FileInfo, error) {
+	if f, ok := w.c.(*os.File); ok {
+		return f.Stat()
+	}
+	return nil, ErrNotOwnFile
+}
+
 // NewWriter writes a pcap stream to w; Close flushes but does not close w.
 func NewWriter(w io.Writer) (*Writer, error) { return newWriter(w, nil) }
 
