@@ -13,10 +13,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/vrnic/vrnicd/nic/netstack"
+	"github.com/vrnic/vrnicd/verbsock"
 )
 
 // Defaults.
@@ -47,6 +49,28 @@ type fileConfig struct {
 	Pcap        *string  `toml:"pcap"`
 	// Operations (issue 17).
 	Metrics *string `toml:"metrics"`
+
+	MaxConnections        *int        `toml:"max_connections"`
+	MaxConnectionsPerUser *int        `toml:"max_connections_per_user"`
+	HelloTimeout          *string     `toml:"hello_timeout"`
+	PrivilegedGroups      []string    `toml:"privileged_groups"`
+	ConnectionLimits      *limitsFile `toml:"connection_limits"`
+	UserLimits            *limitsFile `toml:"user_limits"`
+}
+
+// limitsFile is a quota table (connection_limits, user_limits); 0 or
+// absent keys take the server's defaults.
+type limitsFile struct {
+	MaxPD       uint64 `toml:"max_pd"`
+	MaxCQ       uint64 `toml:"max_cq"`
+	MaxQP       uint64 `toml:"max_qp"`
+	MaxSRQ      uint64 `toml:"max_srq"`
+	MaxMR       uint64 `toml:"max_mr"`
+	MaxMW       uint64 `toml:"max_mw"`
+	MaxAH       uint64 `toml:"max_ah"`
+	MaxMem      uint64 `toml:"max_mem"`
+	MaxMemBytes uint64 `toml:"max_mem_bytes"`
+	MaxMRBytes  uint64 `toml:"max_mr_bytes"`
 }
 
 // setting is one raw value with where it came from, so an error can name
@@ -69,6 +93,11 @@ type rawConfig struct {
 	ip                                                               setting[[]string]
 	mtu                                                              setting[int]
 	metrics                                                          setting[string]
+
+	maxConns, maxConnsPerUser setting[int]
+	helloTimeout              setting[string]
+	privilegedGroups          setting[[]string]
+	connLimits, userLimits    setting[*limitsFile]
 }
 
 // configError is a bad command line or configuration: the daemon exits with
@@ -97,6 +126,13 @@ type Config struct {
 	LogFormat string // "text" or "json"
 	Pcap      string
 	Metrics   string // --metrics: "host:port" or "unix:PATH"; "" for none
+
+	// What clients may hold and how they connect (server.Config); zero
+	// values are the server's defaults.
+	ConnLimits, UserLimits    verbsock.Limits
+	MaxConns, MaxConnsPerUser int
+	HelloTimeout              time.Duration
+	PrivilegedGIDs            []uint32
 }
 
 // loadFile reads a TOML config strictly: unknown keys and values of the
@@ -133,7 +169,91 @@ func loadFile(path string, raw *rawConfig) error {
 	if fc.MTU != nil {
 		raw.mtu = setting[int]{*fc.MTU, in("mtu")}
 	}
+	loadClientLimits(&fc, raw, in)
 	return nil
+}
+
+func loadClientLimits(fc *fileConfig, raw *rawConfig, in func(string) string) {
+	if fc.MaxConnections != nil {
+		raw.maxConns = setting[int]{*fc.MaxConnections, in("max_connections")}
+	}
+	if fc.MaxConnectionsPerUser != nil {
+		raw.maxConnsPerUser = setting[int]{*fc.MaxConnectionsPerUser, in("max_connections_per_user")}
+	}
+	if fc.HelloTimeout != nil {
+		raw.helloTimeout = setting[string]{*fc.HelloTimeout, in("hello_timeout")}
+	}
+	if fc.PrivilegedGroups != nil {
+		raw.privilegedGroups = setting[[]string]{fc.PrivilegedGroups, in("privileged_groups")}
+	}
+	if fc.ConnectionLimits != nil {
+		raw.connLimits = setting[*limitsFile]{fc.ConnectionLimits, in("connection_limits")}
+	}
+	if fc.UserLimits != nil {
+		raw.userLimits = setting[*limitsFile]{fc.UserLimits, in("user_limits")}
+	}
+}
+
+// validateClientLimits checks the connection and quota keys.
+func (raw *rawConfig) validateClientLimits(c *Config) error {
+	for _, v := range []struct {
+		s   setting[int]
+		dst *int
+	}{{raw.maxConns, &c.MaxConns}, {raw.maxConnsPerUser, &c.MaxConnsPerUser}} {
+		if v.s.set() {
+			if v.s.v < 1 || v.s.v > 1<<20 {
+				return v.s.errorf("%d is out of range (1..%d)", v.s.v, 1<<20)
+			}
+			*v.dst = v.s.v
+		}
+	}
+	if c.MaxConns > 0 && c.MaxConnsPerUser > c.MaxConns {
+		return raw.maxConnsPerUser.errorf("%d is more than max_connections %d", c.MaxConnsPerUser, c.MaxConns)
+	}
+	if raw.helloTimeout.set() {
+		d, err := time.ParseDuration(raw.helloTimeout.v)
+		if err != nil || d < 10*time.Millisecond || d > time.Hour {
+			return raw.helloTimeout.errorf("%q is not a duration from 10ms to 1h, like \"5s\"", raw.helloTimeout.v)
+		}
+		c.HelloTimeout = d
+	}
+	for _, g := range raw.privilegedGroups.v {
+		gid, err := lookupGroup(g)
+		if err != nil {
+			return raw.privilegedGroups.errorf("%v", err)
+		}
+		c.PrivilegedGIDs = append(c.PrivilegedGIDs, uint32(gid))
+	}
+	var err error
+	if c.ConnLimits, err = raw.connLimits.limits(); err != nil {
+		return err
+	}
+	c.UserLimits, err = raw.userLimits.limits()
+	return err
+}
+
+// limits turns a quota table into verbsock.Limits; object counts must fit
+// 32 bits.
+func (s setting[T]) limits() (verbsock.Limits, error) {
+	lf, _ := any(s.v).(*limitsFile)
+	if lf == nil {
+		return verbsock.Limits{}, nil
+	}
+	var l verbsock.Limits
+	for _, f := range []struct {
+		key string
+		v   uint64
+		dst *uint32
+	}{{"max_pd", lf.MaxPD, &l.MaxPD}, {"max_cq", lf.MaxCQ, &l.MaxCQ}, {"max_qp", lf.MaxQP, &l.MaxQP},
+		{"max_srq", lf.MaxSRQ, &l.MaxSRQ}, {"max_mr", lf.MaxMR, &l.MaxMR}, {"max_mw", lf.MaxMW, &l.MaxMW},
+		{"max_ah", lf.MaxAH, &l.MaxAH}, {"max_mem", lf.MaxMem, &l.MaxMem}} {
+		if f.v > 1<<31 {
+			return l, s.errorf("%s = %d is out of range (0..%d; 0 is the default)", f.key, f.v, uint64(1)<<31)
+		}
+		*f.dst = uint32(f.v)
+	}
+	l.MaxMemBytes, l.MaxMRBytes = lf.MaxMemBytes, lf.MaxMRBytes
+	return l, nil
 }
 
 var tomlTypeMsg = regexp.MustCompile(`cannot decode TOML (\w+) into .* of type (\S+)$`)
@@ -289,6 +409,9 @@ func (raw *rawConfig) validate() (*Config, error) {
 			return nil, raw.metrics.errorf("%v", err)
 		}
 		c.Metrics = raw.metrics.v
+	}
+	if err := raw.validateClientLimits(c); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/vrnic/vrnicd/nic/netstack"
+	"github.com/vrnic/vrnicd/verbsock/server"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -69,6 +70,12 @@ func TestBadConfig(t *testing.T) {
 		{"unknown flag", "", []string{"--bogus"}, []string{"unknown flag --bogus", "vrnicd --help"}},
 		{"bad flag value", "", []string{"--mtu=abc"}, []string{`invalid value "abc" for flag --mtu`}},
 		{"stray argument", "", []string{"--iface=tap:v0", "extra"}, []string{`unexpected argument "extra"`}},
+		{"connections range", "iface = \"tap:v0\"\nmax_connections = 0\n", nil, []string{"config FILE: max_connections: ", "0 is out of range"}},
+		{"per user above total", "iface = \"tap:v0\"\nmax_connections = 4\nmax_connections_per_user = 8\n", nil, []string{"config FILE: max_connections_per_user: ", "more than max_connections 4"}},
+		{"bad hello timeout", "iface = \"tap:v0\"\nhello_timeout = \"soon\"\n", nil, []string{"config FILE: hello_timeout: ", `"soon" is not a duration`}},
+		{"bad privileged group", "iface = \"tap:v0\"\nprivileged_groups = [\"no-such-group-vrnicd\"]\n", nil, []string{"config FILE: privileged_groups: ", `no group "no-such-group-vrnicd"`}},
+		{"unknown limit", "iface = \"tap:v0\"\nuser_limits = { max_pds = 1 }\n", nil, []string{`unknown key "max_pds" (line 2)`}},
+		{"limit range", "iface = \"tap:v0\"\nconnection_limits = { max_qp = 9999999999 }\n", nil, []string{"config FILE: connection_limits: ", "max_qp = 9999999999 is out of range"}},
 		{"missing file", "", []string{"--config=/nonexistent/vrnicd.toml"}, []string{"config /nonexistent/vrnicd.toml: no such file or directory"}},
 	}
 	for _, tt := range tests {
@@ -156,10 +163,19 @@ func TestExampleConfig(t *testing.T) {
 	// keys aside) config.
 	all := regexp.MustCompile(`(?m)^# ([a-z_]+ = .*)$`).ReplaceAllString(string(body), "$1")
 	all = strings.Replace(all, `socket_group = "rdma"`, `socket_group = "0"`, 1)
+	all = strings.Replace(all, `privileged_groups = ["rdma-admin"]`, `privileged_groups = ["0"]`, 1)
 	p := writeFile(t, all)
 	o, _ = parseArgs([]string{"--config", p})
-	if _, err := o.load(); err != nil {
+	c, err = o.load()
+	if err != nil {
 		t.Fatalf("example with every key: %v", err)
+	}
+	// The values shown are the server's defaults.
+	if c.ConnLimits != server.DefaultLimits || c.UserLimits != server.DefaultUserLimits ||
+		c.MaxConns != server.DefaultMaxConns || c.MaxConnsPerUser != server.DefaultMaxConnsPerUser ||
+		c.HelloTimeout != server.DefaultHelloTimeout || !slices.Equal(c.PrivilegedGIDs, []uint32{0}) {
+		t.Fatalf("the example's client limits are not the defaults: %+v %+v %d %d %v %v", c.ConnLimits, c.UserLimits,
+			c.MaxConns, c.MaxConnsPerUser, c.HelloTimeout, c.PrivilegedGIDs)
 	}
 }
 

@@ -167,7 +167,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
 	d.capG.set(cfg.SocketGID)
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, d.capG.get, d.log)
+	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, d.capG.get, d.log, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -474,8 +474,22 @@ func (d *daemon) reload() {
 	nc.Metrics = old.Metrics
 	nc.Mode, nc.Iface, nc.MAC, nc.MACSet, nc.MTU = old.Mode, old.Iface, old.MAC, old.MACSet, old.MTU
 	nc.Name, nc.Socket, nc.LogFormat = old.Name, old.Socket, old.LogFormat
+	keepClientLimits(old, nc, restart)
 	d.cfg = nc
 	d.log.Info("reloaded", append([]any{"applied", strings.Join(applied, ",")}, d.summary()...)...)
+}
+
+// keepClientLimits warns of changed client limits, which the server took
+// at start, and keeps the running ones in nc.
+func keepClientLimits(old, nc *Config, restart func(key string, changed bool, was, now any)) {
+	restart("max_connections", nc.MaxConns != old.MaxConns, old.MaxConns, nc.MaxConns)
+	restart("max_connections_per_user", nc.MaxConnsPerUser != old.MaxConnsPerUser, old.MaxConnsPerUser, nc.MaxConnsPerUser)
+	restart("hello_timeout", nc.HelloTimeout != old.HelloTimeout, old.HelloTimeout.String(), nc.HelloTimeout.String())
+	restart("privileged_groups", !slices.Equal(nc.PrivilegedGIDs, old.PrivilegedGIDs), old.PrivilegedGIDs, nc.PrivilegedGIDs)
+	restart("connection_limits", nc.ConnLimits != old.ConnLimits, fmt.Sprintf("%+v", old.ConnLimits), fmt.Sprintf("%+v", nc.ConnLimits))
+	restart("user_limits", nc.UserLimits != old.UserLimits, fmt.Sprintf("%+v", old.UserLimits), fmt.Sprintf("%+v", nc.UserLimits))
+	nc.MaxConns, nc.MaxConnsPerUser, nc.HelloTimeout = old.MaxConns, old.MaxConnsPerUser, old.HelloTimeout
+	nc.PrivilegedGIDs, nc.ConnLimits, nc.UserLimits = old.PrivilegedGIDs, old.ConnLimits, old.UserLimits
 }
 
 func ifaceString(c *Config) string {

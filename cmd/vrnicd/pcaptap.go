@@ -3,6 +3,7 @@ package main
 import (
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -22,9 +23,12 @@ type pcapTap struct {
 
 type fileID struct{ dev, ino uint64 }
 
+// statID identifies the file at path itself: a symlink planted there is not
+// the capture, whatever it points to (Lstat), so reopen replaces it, and
+// pcapfile.Create then refuses it.
 func statID(path string) (fileID, bool) {
 	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
+	if unix.Lstat(path, &st) != nil {
 		return fileID{}, false
 	}
 	return fileID{st.Dev, st.Ino}, true
@@ -54,7 +58,11 @@ func (p *pcapTap) open(path string) error {
 		if w, err = pcapfile.Create(path); err != nil {
 			return err
 		}
-		id, _ = statID(path)
+		if fi, err := w.Stat(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				id = fileID{st.Dev, st.Ino}
+			}
+		}
 	}
 	p.mu.Lock()
 	old := p.w

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/google/gopacket/pcapgo"
@@ -83,5 +85,60 @@ func TestPcapReopen(t *testing.T) {
 	}
 	if err := p.open(filepath.Join(dir, "no", "such", "dir.pcap")); err == nil {
 		t.Fatal("open in a missing directory succeeded")
+	}
+}
+
+// A symlink planted at the capture path, before the daemon opens it or
+// after the capture was moved away and before the SIGHUP reopen, is
+// refused (ELOOP): its target keeps contents and mode, and the old capture
+// goes on.
+func TestPcapSymlinkPlanted(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	intact := func(what string) {
+		t.Helper()
+		b, err := os.ReadFile(victim)
+		fi, _ := os.Stat(victim)
+		if err != nil || string(b) != "precious" || fi.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: victim %q mode %v (%v)", what, b, fi.Mode(), err)
+		}
+	}
+	path := filepath.Join(dir, "cap.pcap")
+	if err := os.Symlink(victim, path); err != nil {
+		t.Fatal(err)
+	}
+	var p pcapTap
+	defer p.close()
+	if err := p.open(path); !errors.Is(err, syscall.ELOOP) {
+		t.Fatalf("symlink at start: %v, want ELOOP", err)
+	}
+	intact("at start")
+	os.Remove(path)
+
+	if err := p.open(path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("capture mode %v (%v), want 0600: it holds every client's traffic", fi.Mode(), err)
+	}
+	frame := make([]byte, 60)
+	p.WriteFrame(frame)
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.reopen(path); !errors.Is(err, syscall.ELOOP) {
+		t.Fatalf("symlink at reopen: %v, want ELOOP", err)
+	}
+	intact("at reopen")
+	p.WriteFrame(frame)
+	p.flush()
+	if n := pcapFrames(t, path+".1"); n != 2 {
+		t.Fatalf("the old capture has %d frames, want 2 (it goes on after a refused reopen)", n)
 	}
 }

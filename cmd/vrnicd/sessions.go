@@ -26,9 +26,12 @@ type connServer interface {
 // newConnServer returns the client protocol's server for dev; port adds
 // the port's counters (netstack.Counters.Each) to the device's in
 // query_stats (icrc_errors is counted there); hub serves live capture to
-// root, the daemon's user and group captureGID().
-func newConnServer(dev *nic.Device, port server.CounterFunc, hub *capture.Hub, captureGID func() int, log *slog.Logger) (connServer, error) {
-	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(port, hub), Capture: hub, CaptureGID: captureGID})
+// root, the daemon's user and group captureGID(); c bounds what clients
+// may hold and how they connect.
+func newConnServer(dev *nic.Device, port server.CounterFunc, hub *capture.Hub, captureGID func() int, log *slog.Logger, c *Config) (connServer, error) {
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(port, hub), Capture: hub, CaptureGID: captureGID,
+		Limits: c.ConnLimits, UserLimits: c.UserLimits, MaxConns: c.MaxConns, MaxConnsPerUser: c.MaxConnsPerUser,
+		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close

@@ -94,29 +94,53 @@ func listenSocket(path string, gid int) (s *socketFile, stale bool, err error) {
 		s.remove()
 		return nil, false, err
 	}
+	afterBind(path)
 	if err := s.setGroup(gid); err != nil {
 		return fail(err)
 	}
 	return s, stale, nil
 }
 
-// setGroup sets mode 0660 and the group (gid -1: the daemon's own).
+// afterBind runs between bind and setGroup (tests plant files there).
+var afterBind = func(path string) {}
+
+// setGroup sets mode 0660 and the group (gid -1: the daemon's own) of the
+// socket file just bound, and takes its identity. Whoever can write the
+// directory could have swapped the file for a link since bind, so nothing
+// here goes by the path twice: the file is opened once, O_PATH|O_NOFOLLOW
+// (a symlink is opened as itself), must be a socket, and is changed
+// through that descriptor only (fchownat AT_EMPTY_PATH; a chmod, needed
+// only when a default ACL overrode bind's umask, through /proc/self/fd,
+// which names that very inode).
 func (s *socketFile) setGroup(gid int) error {
-	if err := os.Chmod(s.path, 0o660); err != nil {
-		return fmt.Errorf("socket %s: %w", s.path, unwrapPath(err))
+	fd, err := unix.Open(s.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", s.path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("socket %s: %w", s.path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("socket %s was replaced after bind (mode %#o): refusing to change it", s.path, st.Mode)
+	}
+	if st.Mode&0o7777 != 0o660 {
+		if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), 0o660); err != nil {
+			return fmt.Errorf("socket %s: chmod through /proc/self/fd: %w", s.path, err)
+		}
 	}
 	if gid < 0 {
 		gid = os.Getegid()
 	}
-	if err := os.Lchown(s.path, -1, gid); err != nil {
-		return fmt.Errorf("socket %s: give it to group %d: %w", s.path, gid, unwrapPath(err))
+	if err := unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH); err != nil {
+		return fmt.Errorf("socket %s: give it to group %d: %w", s.path, gid, err)
 	}
 	// chmod and chown changed ctime: take the file's identity now.
-	id, err := stamp(s.path)
-	if err != nil {
-		return fmt.Errorf("socket %s: %w", s.path, unwrapPath(err))
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("socket %s: %w", s.path, err)
 	}
-	s.id = id
+	s.id = fileStamp{st.Dev, st.Ino, st.Ctim}
 	return nil
 }
 

@@ -143,3 +143,50 @@ func TestSocketRemoveOnlyOurs(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A symlink planted at the socket path, before start or in the window
+// between bind and the chmod/chown (whoever can write the directory can
+// swap the file then), never gets its target's mode or group changed: the
+// daemon refuses to start.
+func TestSocketSymlinkPlanted(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o604); err != nil {
+		t.Fatal(err)
+	}
+	var before syscall.Stat_t
+	if err := syscall.Stat(victim, &before); err != nil {
+		t.Fatal(err)
+	}
+	intact := func(what string) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(victim, &st); err != nil || st.Mode != before.Mode || st.Gid != before.Gid {
+			t.Fatalf("%s: victim mode %#o gid %d, was %#o gid %d (%v)", what, st.Mode, st.Gid, before.Mode, before.Gid, err)
+		}
+	}
+	gid := 65534
+	path := filepath.Join(dir, "vrnicd.sock")
+	if err := os.Symlink(victim, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := listenSocket(path, gid); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("symlink before start: %v", err)
+	}
+	intact("symlink before start")
+	os.Remove(path)
+
+	afterBind = func(p string) {
+		if err := os.Remove(p); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(victim, p); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { afterBind = func(string) {} }()
+	if _, _, err := listenSocket(path, gid); err == nil || !strings.Contains(err.Error(), "replaced after bind") {
+		t.Fatalf("symlink swapped in after bind: %v", err)
+	}
+	intact("symlink after bind")
+}

@@ -11,6 +11,7 @@ package pcapfile
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultSnapLen covers a 9000-byte jumbo frame; longer frames are cut to it
@@ -41,18 +43,70 @@ type Writer struct {
 	frames    uint64
 }
 
-// Create creates (truncates) path and writes the pcap file header.
+// Mode is the capture file's mode: frames carry every client's payloads
+// and keys, so only the daemon's user reads them (not its socket's group).
+const Mode = 0o600
+
+// ErrNotOwnFile means the path names something Create will not write: not
+// a regular file, a file with other links, or a file of another user.
+var ErrNotOwnFile = errors.New("pcapfile: not a regular file of the daemon's own")
+
+// Create creates (truncates) path, mode Mode, and writes the pcap file
+// header. It never follows a symlink at path (O_NOFOLLOW: ELOOP), never
+// blocks on a FIFO planted there (O_NONBLOCK), and truncates and chmods
+// only through the descriptor and only a regular file with one link owned
+// by the daemon's user, so a link planted at the path cannot get another
+// file truncated or its mode changed.
 func Create(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, Mode)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	if err := claim(fd); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
 	w, err := newWriter(f, f)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	return w, nil
+}
+
+// claim checks that fd is the daemon's own regular file, then empties it
+// and sets its mode, through fd.
+func claim(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w (mode %#o, %d links, uid %d)", ErrNotOwnFile, st.Mode, st.Nlink, st.Uid)
+	}
+	if err := unix.Fchmod(fd, Mode); err != nil {
+		return err
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return err
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return err
+	}
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	return err
+}
+
+// Stat describes the file Create opened (by its descriptor, so it is the
+// file being written whatever now sits at its path); ErrNotOwnFile for a
+// Writer of NewWriter.
+func (w *Writer) Stat() (os.FileInfo, error) {
+	if f, ok := w.c.(*os.File); ok {
+		return f.Stat()
+	}
+	return nil, ErrNotOwnFile
 }
 
 // NewWriter writes a pcap stream to w; Close flushes but does not close w.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -170,5 +171,87 @@ func TestTsharkDecodesRoCE(t *testing.T) {
 	// rc_send_only.pcap: SEND_ONLY (4) and ACKNOWLEDGE (17) packets.
 	if len(ops) == 0 || !strings.Contains(strings.Join(ops, ","), "4") || !strings.Contains(strings.Join(ops, ","), "17") {
 		t.Fatalf("tshark decoded opcodes %q", ops)
+	}
+}
+
+// Links planted at the capture path are never followed: a symlink fails
+// with ELOOP, a hard link or a FIFO or another user's file is refused, and
+// the file each points to keeps its contents and mode. The capture itself
+// is created (and an old one of the daemon's reset to) mode 0600.
+func TestCreateRefusesPlantedLinks(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	intact := func(what string) {
+		t.Helper()
+		b, err := os.ReadFile(victim)
+		fi, _ := os.Stat(victim)
+		if err != nil || string(b) != "precious" || fi.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: victim now %q mode %v (%v)", what, b, fi.Mode(), err)
+		}
+	}
+	sym := filepath.Join(dir, "sym.pcap")
+	if err := os.Symlink(victim, sym); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(sym); !errors.Is(err, syscall.ELOOP) {
+		t.Fatalf("symlink: %v, want ELOOP", err)
+	}
+	intact("symlink")
+	hard := filepath.Join(dir, "hard.pcap")
+	if err := os.Link(victim, hard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(hard); !errors.Is(err, ErrNotOwnFile) {
+		t.Fatalf("hard link: %v, want ErrNotOwnFile", err)
+	}
+	intact("hard link")
+	fifo := filepath.Join(dir, "fifo.pcap")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// O_WRONLY|O_NONBLOCK on a FIFO without a reader is ENXIO: no block.
+	if _, err := Create(fifo); err == nil {
+		t.Fatal("a FIFO was accepted")
+	}
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(dir, "theirs.pcap")
+		if err := os.WriteFile(theirs, []byte("theirs"), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Create(theirs); !errors.Is(err, ErrNotOwnFile) {
+			t.Fatalf("another user's file: %v, want ErrNotOwnFile", err)
+		}
+	}
+	own := filepath.Join(dir, "own.pcap")
+	if err := os.WriteFile(own, []byte("old capture"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(own)
+	if err != nil || fi.Mode().Perm() != Mode || fi.Size() != 24 {
+		t.Fatalf("own capture: mode %v size %d (%v), want %#o and a 24-byte header", fi.Mode(), fi.Size(), err, Mode)
+	}
+	fresh := filepath.Join(dir, "fresh.pcap")
+	old := syscall.Umask(0)
+	w, err = Create(fresh)
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if fi, err := os.Stat(fresh); err != nil || fi.Mode().Perm() != Mode {
+		t.Fatalf("new capture mode %v (%v), want %#o even under umask 0", fi.Mode(), err, Mode)
 	}
 }

@@ -235,13 +235,20 @@ func (c *CQReader) Poll(out []transport.WC) int {
 func (c *CQReader) Pending() int { return int(loadProd(c.m) - c.head) }
 
 // Arm asks for one completion event: for the next completion, or with
-// solicitedOnly for the next solicited or unsuccessful one.
-func (c *CQReader) Arm(solicitedOnly bool) {
-	v := uint32(NotifyNext)
-	if solicitedOnly {
-		v = NotifySolicited
+// solicitedOnly for the next solicited or unsuccessful one. A request for
+// the next completion still pending is not narrowed by a later
+// solicited-only one (IBA 11.4.2.2; libibverbs on rxe keeps the wider
+// request too): solicitedOnly only arms a CQ that is not armed.
+func (c *CQReader) Arm(solicitedOnly bool) { arm(c.m, solicitedOnly) }
+
+// arm is Arm on a ring's notify word, from either end.
+func arm(m []byte, solicitedOnly bool) {
+	np := u32p(m, offNotify)
+	if !solicitedOnly {
+		atomic.StoreUint32(np, NotifyNext)
+		return
 	}
-	atomic.StoreUint32(u32p(c.m, offNotify), v)
+	atomic.CompareAndSwapUint32(np, NotifyNone, NotifySolicited)
 }
 
 // Entries is the ring size.

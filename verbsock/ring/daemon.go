@@ -43,8 +43,12 @@ func (c *consumer) init(m []byte, entries uint32, esize, pageSize int) error {
 // arms the doorbell: the consumer sets armed, then looks again, so that a
 // producer that published in between either sees armed (and rings) or its
 // entry is seen here (Dekker's pattern over two seq-cst atomics). A
-// producer index more than a ring ahead of head (or behind it) is corrupt:
-// the ring stops for good and reports why.
+// producer index behind head, or more than a ring ahead of the consumer
+// index published (freed, not head: an honest producer only writes slots
+// handed back), is corrupt: the ring stops for good and reports why. The
+// bound on freed keeps what the daemon holds from a ring (an SRQ's WQEs not
+// yet taken, an SQ's WQEs not yet completed) plus what waits in it within
+// the ring's size, so the SRQ the ring feeds always has room.
 func (c *consumer) next() ([]byte, error) {
 	if c.corrupt.Load() {
 		return nil, nil
@@ -57,9 +61,10 @@ func (c *consumer) next() ([]byte, error) {
 		}
 		atomic.StoreUint32(u32p(c.m, offArmed), 0)
 	}
-	if d := tail - c.head; d > c.entries {
+	if d := tail - c.head; d > c.entries || tail-c.freed > c.entries {
 		c.corrupt.Store(true)
-		return nil, fmt.Errorf("producer index %d is %d entries from consumer index %d in a ring of %d", tail, int64(d), c.head, c.entries)
+		return nil, fmt.Errorf("producer index %d is %d entries from consumer index %d (%d handed back) in a ring of %d",
+			tail, int64(d), c.head, c.freed, c.entries)
 	}
 	off := HeaderSize + int(c.head&(c.entries-1))*c.esize
 	return c.m[off : off+c.esize : off+c.esize], nil
@@ -82,6 +87,18 @@ func (c *consumer) Retire(queued int) {
 		c.freed = v
 		storeCons(c.m, v)
 	}
+}
+
+// discard drops every entry published and hands every slot back: the
+// consumer index jumps to the producer's (modify to RESET; see
+// nic.QP.DiscardPosted). A producer index more than a ring away is left
+// alone: such a ring is corrupt and stopped anyway.
+func (c *consumer) discard() {
+	if tail := loadProd(c.m); tail-c.head <= c.entries {
+		c.head = tail
+	}
+	c.freed = c.head
+	storeCons(c.m, c.head)
 }
 
 // Corrupt reports whether the ring was stopped because its producer index
@@ -174,6 +191,13 @@ func (q *SendQueue) Consume() {
 	q.have = false
 	q.peeked.Store(0)
 	q.consume()
+}
+
+// Discard implements nic.Discarder, on the send owner.
+func (q *SendQueue) Discard() {
+	q.have = false
+	q.peeked.Store(0)
+	q.discard()
 }
 
 // Stalled reports whether the entry at the head of the ring was handed out
@@ -439,6 +463,13 @@ func (q *RecvQueue) Consume() {
 	q.consume()
 }
 
+// Discard implements nic.Discarder, on the receive owner (not for an
+// SRQ's ring: RESET of a QP leaves its SRQ alone).
+func (q *RecvQueue) Discard() {
+	q.have = false
+	q.discard()
+}
+
 // DecodeRQE decodes and validates one copied RQE. It reports false if the
 // entry was malformed: wr then carries Fault (LOC_QP_OP_ERR) and no SGEs,
 // and the message that reaches it fails in RQ order.
@@ -562,14 +593,11 @@ func solicited(wc *transport.WC) bool {
 
 // Arm sets the notify word from the daemon side (the socket's
 // req_notify_cq; the SDK normally writes the word itself).
+// A pending next-completion request is not narrowed (see CQReader.Arm).
 func (c *CQ) Arm(solicitedOnly bool) {
-	v := uint32(NotifyNext)
-	if solicitedOnly {
-		v = NotifySolicited
-	}
 	c.mu.Lock()
 	if !c.closed {
-		atomic.StoreUint32(u32p(c.m, offNotify), v)
+		arm(c.m, solicitedOnly)
 	}
 	c.mu.Unlock()
 }

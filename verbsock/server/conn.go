@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/transport"
@@ -27,6 +28,10 @@ type conn struct {
 	id   uint32
 	pid  int
 	log  *slog.Logger
+
+	acct       *account            // the peer uid's usage
+	held       [nRes]atomic.Uint64 // what this connection charged to acct (not memory bytes)
+	privileged bool                // may set controlled Q_Keys
 
 	version uint16      // request loop only
 	ready   atomic.Bool // hello done: events may be sent
@@ -65,6 +70,7 @@ type mrObj struct {
 	pd     uint32
 	key    uint32
 	length uint64
+	heap   int64 // daemon memory charged for a fast-reg MR's page list
 }
 
 type mwObj struct {
@@ -92,13 +98,15 @@ type qpObj struct {
 	bell     *bell
 	sq       *ring.SendQueue
 	swept    uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
+	heap     int64  // daemon memory charged for it (qpHeapBytes)
 }
 
 type srqObj struct {
 	srq   *transport.SRQ
 	pd    uint32
 	bell  *bell
-	users int // under conn.mu
+	users int   // under conn.mu
+	heap  int64 // daemon memory charged for it (srqHeapBytes)
 
 	// mu orders the ring's consumer: the drain (the doorbell's goroutine)
 	// moves posts into the SRQ, the receive owners of its QPs free slots
@@ -134,8 +142,9 @@ func (s *Server) newConn(uc *net.UnixConn) (*conn, error) {
 		pds: map[uint32]*pdObj{}, mems: map[uint32]*memObj{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mwObj{},
 		cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{}, srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{},
 		events: make(chan verbsock.EventMsg, 256), notify: make(chan *cqObj, s.limits.MaxCQ), done: make(chan struct{})}
-	if !s.register(c) {
-		return nil, ErrServerClosed
+	c.privileged = s.privileged(uc, cred)
+	if err := s.register(c, cred.Uid); err != nil {
+		return nil, err
 	}
 	c.log = s.log.With("client", c.id, "client_pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
 	c.log.Info("verbsock client connected")
@@ -147,6 +156,8 @@ func (c *conn) serve() {
 	c.wg.Add(2)
 	go c.eventWriter()
 	go c.notifier()
+	// A connection that does not say hello in time goes (hello clears it).
+	_ = c.sock.UnixConn().SetReadDeadline(time.Now().Add(c.s.cfg.HelloTimeout))
 	c.loop()
 	c.cleanup()
 	close(c.done)
@@ -162,6 +173,9 @@ func (c *conn) loop() {
 			if errors.As(err, &fe) {
 				c.replyErr(fe.Header, fe.Err)
 				continue
+			}
+			if c.version == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				c.log.Warn("verbsock client said no hello in time; disconnecting", "timeout", c.s.cfg.HelloTimeout)
 			}
 			if errors.Is(err, verbsock.ErrShortFrame) {
 				c.log.Warn("verbsock protocol violation: frame shorter than a header; disconnecting")
@@ -387,6 +401,7 @@ func (c *conn) cleanup() {
 		if p := pds[r.pd]; p != nil {
 			_ = t.DeregMR(p.pd, r.key)
 		}
+		c.unchargeBytes(r.heap)
 	}
 	for _, q := range cqs {
 		c.destroyCQ(q)
@@ -399,6 +414,7 @@ func (c *conn) cleanup() {
 	for _, m := range mems {
 		m.m.Release()
 	}
+	c.releaseHeld()
 	c.log.Info("verbsock client disconnected", "objects_destroyed", n, "mapped_bytes_left", c.memBytes.Load())
 }
 
@@ -413,6 +429,7 @@ func (c *conn) destroyQP(q *qpObj) {
 	if q.rqm != nil {
 		q.rqm.Release()
 	}
+	c.unchargeBytes(q.heap)
 }
 
 func (c *conn) destroySRQ(s *srqObj) {
@@ -422,6 +439,7 @@ func (c *conn) destroySRQ(s *srqObj) {
 	s.mu.Unlock()
 	_ = c.s.dev.DestroySRQ(s.srq)
 	s.m.Release()
+	c.unchargeBytes(s.heap)
 }
 
 func (c *conn) destroyCQ(q *cqObj) {

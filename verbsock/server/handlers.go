@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/transport"
@@ -134,6 +135,7 @@ func (c *conn) hello(r *verbsock.HelloReq) (any, []int, error) {
 	}
 	c.version = verbsock.Version
 	c.ready.Store(true)
+	_ = c.sock.UnixConn().SetReadDeadline(time.Time{}) // the hello timeout is met
 	resp := &verbsock.HelloResp{Version: verbsock.Version, PageSize: uint32(shm.PageSize), ClientID: c.id, Limits: c.s.limits}
 	copy(resp.DevName[:], c.s.dev.Name())
 	return resp, nil, nil
@@ -193,8 +195,12 @@ func (c *conn) allocPD() (any, error) {
 	if uint32(len(c.pds)) >= c.s.limits.MaxPD {
 		return nil, quota("PDs", uint64(c.s.limits.MaxPD))
 	}
+	if err := c.charge(resPD, 1); err != nil {
+		return nil, err
+	}
 	pd, err := c.s.dev.Mem().AllocPD()
 	if err != nil {
+		c.uncharge(resPD, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -213,6 +219,7 @@ func (c *conn) deallocPD(h uint32) error {
 		return fmt.Errorf("PD %d still has MRs, MWs, QPs, SRQs or AHs: %w", h, err)
 	}
 	delete(c.pds, h)
+	c.uncharge(resPD, 1)
 	return nil
 }
 
@@ -222,6 +229,8 @@ func shmErr(err error) error {
 		return errf(syscall.EBADF, "%v", err)
 	case errors.Is(err, shm.ErrNotSealed):
 		return errf(syscall.EPERM, "%v", err)
+	case errors.Is(err, shm.ErrNotShmem):
+		return errf(syscall.EINVAL, "%v", err)
 	}
 	return errf(syscall.EINVAL, "%v", err)
 }
@@ -229,21 +238,19 @@ func shmErr(err error) error {
 // mapFD checks and maps a client memfd against the byte quota. want > 0
 // requires that exact size.
 func (c *conn) mapFD(fd int, want int64) (*shm.Mapping, error) {
-	lim := int64(c.s.limits.MaxMemBytes)
 	n, err := shm.Check(fd, want, 1<<46)
 	if err != nil {
 		return nil, shmErr(err)
 	}
-	if c.memBytes.Add(n) > lim {
-		c.memBytes.Add(-n)
-		return nil, quota("bytes of shared memory mapped", uint64(lim))
+	if err := c.chargeBytes(n); err != nil {
+		return nil, err
 	}
 	m, err := shm.Map(fd, n, n)
 	if err != nil {
-		c.memBytes.Add(-n)
+		c.unchargeBytes(n)
 		return nil, shmErr(err)
 	}
-	m.OnUnmap = func() { c.memBytes.Add(-n) }
+	m.OnUnmap = func() { c.unchargeBytes(n) }
 	return m, nil
 }
 
@@ -254,8 +261,12 @@ func (c *conn) mapMem(fds []int) (any, error) {
 	if full {
 		return nil, quota("memory objects", uint64(c.s.limits.MaxMem))
 	}
+	if err := c.charge(resMem, 1); err != nil {
+		return nil, err
+	}
 	m, err := c.mapFD(fds[0], 0)
 	if err != nil {
+		c.uncharge(resMem, 1)
 		return nil, err
 	}
 	c.mu.Lock()
@@ -273,6 +284,7 @@ func (c *conn) unmapMem(h uint32) error {
 	if m == nil {
 		return noObj("memory object", h)
 	}
+	c.uncharge(resMem, 1)
 	m.m.Release() // unmapped now, or when the last MR over it goes
 	return nil
 }
@@ -302,8 +314,17 @@ func (c *conn) regMR(r *verbsock.RegMRReq) (any, error) {
 	if r.Length > c.s.limits.MaxMRBytes-c.mrBytes {
 		return nil, quota("bytes registered", c.s.limits.MaxMRBytes)
 	}
+	if err := c.charge(resMR, 1); err != nil {
+		return nil, err
+	}
+	if err := c.charge(resMRBytes, r.Length); err != nil {
+		c.uncharge(resMR, 1)
+		return nil, err
+	}
 	key, err := c.s.dev.Mem().RegMR(p.pd, m.m, r.Offset, r.Length, r.IOVA, mem.Access(r.Access))
 	if err != nil {
+		c.uncharge(resMR, 1)
+		c.uncharge(resMRBytes, r.Length)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -324,6 +345,9 @@ func (c *conn) deregMR(h uint32) error {
 	}
 	delete(c.mrs, h)
 	c.mrBytes -= r.length
+	c.uncharge(resMR, 1)
+	c.uncharge(resMRBytes, r.length)
+	c.unchargeBytes(r.heap)
 	return nil
 }
 
@@ -340,12 +364,22 @@ func (c *conn) allocMR(r *verbsock.AllocMRReq) (any, error) {
 	if r.MaxPages == 0 || int64(r.MaxPages) > int64(c.s.cfg.MaxFastRegPages) {
 		return nil, errf(syscall.EINVAL, "fast-reg MR of %d pages (max %d)", r.MaxPages, c.s.cfg.MaxFastRegPages)
 	}
+	if err := c.charge(resMR, 1); err != nil {
+		return nil, err
+	}
+	heap := regMRBytes(int(r.MaxPages)) // the page list a REG_MR gives it
+	if err := c.chargeBytes(heap); err != nil {
+		c.uncharge(resMR, 1)
+		return nil, err
+	}
 	key, err := c.s.dev.Mem().AllocMR(p.pd, int(r.MaxPages))
 	if err != nil {
+		c.uncharge(resMR, 1)
+		c.unchargeBytes(heap)
 		return nil, err
 	}
 	h := c.handleLocked()
-	c.mrs[h] = &mrObj{pd: r.PD, key: key}
+	c.mrs[h] = &mrObj{pd: r.PD, key: key, heap: heap}
 	return &verbsock.RegMRResp{MR: h, LKey: key, RKey: key}, nil
 }
 
@@ -362,8 +396,12 @@ func (c *conn) allocMW(r *verbsock.AllocMWReq) (any, error) {
 	if r.Type != uint32(mem.MWType1) && r.Type != uint32(mem.MWType2B) {
 		return nil, errf(syscall.EINVAL, "MW type %d", r.Type)
 	}
+	if err := c.charge(resMW, 1); err != nil {
+		return nil, err
+	}
 	key, err := c.s.dev.Mem().AllocMW(p.pd, mem.MWType(r.Type))
 	if err != nil {
+		c.uncharge(resMW, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -382,6 +420,7 @@ func (c *conn) deallocMW(h uint32) error {
 		return err
 	}
 	delete(c.mws, h)
+	c.uncharge(resMW, 1)
 	return nil
 }
 
@@ -433,6 +472,15 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 	if full {
 		return nil, nil, quota("CQs", uint64(c.s.limits.MaxCQ))
 	}
+	if err := c.charge(resCQ, 1); err != nil {
+		return nil, nil, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			c.uncharge(resCQ, 1)
+		}
+	}()
 	n := ring.EntriesFor(r.CQE)
 	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.CQESize, shm.PageSize)))
 	if err != nil {
@@ -472,6 +520,7 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 	c.mu.Lock()
 	c.cqs[h] = o
 	c.mu.Unlock()
+	created = true
 	return &verbsock.CreateCQResp{CQ: h, Entries: n}, rfds, nil
 }
 
@@ -489,6 +538,7 @@ func (c *conn) destroyCQHandle(h uint32) error {
 	delete(c.cqs, h)
 	c.mu.Unlock()
 	c.destroyCQ(o)
+	c.uncharge(resCQ, 1)
 	return nil
 }
 
@@ -599,9 +649,19 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		return nil, nil, errf(syscall.EBADF, "create_qp takes %d ring memfds (SQ%s), got %d", want,
 			map[bool]string{true: "", false: ", RQ"}[srq != nil], len(fds))
 	}
+	if err := c.charge(resQP, 1); err != nil {
+		return nil, nil, err
+	}
 	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq}
 	bfd := -1 // the client's end of the doorbell
+	o.heap = qpHeapBytes(cp, srq != nil, typ, c.s.cfg.MaxFastRegPages)
+	if err := c.chargeBytes(o.heap); err != nil {
+		c.uncharge(resQP, 1)
+		return nil, nil, fmt.Errorf("QP of %d/%d WRs: %w", sqN, rqN, err)
+	}
 	fail := func(err error) (any, []int, error) {
+		c.uncharge(resQP, 1)
+		c.unchargeBytes(o.heap)
 		if o.sqm != nil {
 			o.sqm.Release()
 		}
@@ -757,8 +817,18 @@ func (c *conn) modifyQP(r *verbsock.ModifyQPReq) error {
 		return errf(syscall.EINVAL, "attribute mask %#x", r.Mask)
 	}
 	a := QPAttrFromWire(&r.Attr)
-	if err := o.qp.Load().Modify(&a, transport.AttrMask(r.Mask)); err != nil {
+	if err := c.checkQKey(transport.AttrMask(r.Mask), a.QKey); err != nil {
+		return err
+	}
+	qp := o.qp.Load()
+	if err := qp.Modify(&a, transport.AttrMask(r.Mask)); err != nil {
 		return errf(syscall.EINVAL, "%v", err)
+	}
+	if transport.AttrMask(r.Mask)&transport.AttrState != 0 && a.State == transport.StateReset {
+		// RESET empties the rings too, so the QP takes its full depth again.
+		if err := qp.DiscardPosted(); err != nil {
+			return errf(syscall.EIO, "%v", err)
+		}
 	}
 	return nil
 }
@@ -782,6 +852,7 @@ func (c *conn) destroyQPHandle(h uint32) error {
 	delete(c.qps, h)
 	c.mu.Unlock()
 	c.destroyQP(o)
+	c.uncharge(resQP, 1)
 	c.mu.Lock()
 	o.scq.users--
 	o.rcq.users--
@@ -810,6 +881,21 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	}
 	n := ring.EntriesFor(r.MaxWR)
 	maxSGE := max(r.MaxSGE, 1)
+	heap := srqHeapBytes(n, maxSGE)
+	if err := c.charge(resSRQ, 1); err != nil {
+		return nil, nil, err
+	}
+	if err := c.chargeBytes(heap); err != nil {
+		c.uncharge(resSRQ, 1)
+		return nil, nil, err
+	}
+	created := false
+	defer func() {
+		if !created {
+			c.uncharge(resSRQ, 1)
+			c.unchargeBytes(heap)
+		}
+	}()
 	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.RQEntrySize(maxSGE), shm.PageSize)))
 	if err != nil {
 		return nil, nil, err
@@ -817,7 +903,7 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	c.mu.Lock()
 	h := c.handleLocked()
 	c.mu.Unlock()
-	o := &srqObj{pd: r.PD, m: m}
+	o := &srqObj{pd: r.PD, m: m, heap: heap}
 	o.rq, err = c.srqRing(h, m, n, maxSGE)
 	if err != nil {
 		m.Release()
@@ -843,6 +929,7 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	c.mu.Lock()
 	c.srqs[h] = o
 	c.mu.Unlock()
+	created = true
 	go b.run(func() { c.drainSRQ(o) })
 	return &verbsock.CreateSRQResp{SRQ: h, SRQN: srq.SRQN(), MaxWR: n, MaxSGE: maxSGE}, []int{bfd}, nil
 }
@@ -859,8 +946,10 @@ func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*ring.RecvQu
 // drainSRQ moves posted receives from the SRQ ring into the SRQ. A slot
 // goes back when a QP takes its WQE (srqObj.taken), so the ring never
 // holds more than the SRQ's max_wr WQEs not yet taken and the SRQ has room
-// for all of them; were it full, the drain would retry on a short timer,
-// as nothing else would wake it.
+// for all of them: the ring bounds even a hostile producer so (its index
+// may run at most a ring ahead of the slots handed back, or the ring is
+// corrupt). Were the SRQ full all the same, the drain would retry on a
+// short timer, as nothing else would wake it.
 func (c *conn) drainSRQ(o *srqObj) {
 	for {
 		o.mu.Lock()
@@ -903,21 +992,30 @@ func (c *conn) resizeSRQ(r *verbsock.ResizeSRQReq, fds []int) (any, error) {
 	}
 	n := ring.EntriesFor(r.MaxWR)
 	_, maxSGE, _ := o.srq.Attr()
+	// The SRQ's private ring grows with it: charge the difference first.
+	grow := max(srqHeapBytes(n, maxSGE)-o.heap, 0)
+	if err := c.chargeBytes(grow); err != nil {
+		return nil, err
+	}
 	m, err := c.mapFD(fds[0], int64(ring.Bytes(n, ring.RQEntrySize(maxSGE), shm.PageSize)))
 	if err != nil {
+		c.unchargeBytes(grow)
 		return nil, err
 	}
 	rq, err := c.srqRing(r.SRQ, m, n, maxSGE)
 	if err != nil {
 		m.Release()
+		c.unchargeBytes(grow)
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
 	old := o.m
 	used, err := o.moveTo(rq, m, n)
 	if err != nil {
 		m.Release()
+		c.unchargeBytes(grow)
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
+	o.heap += grow // a shrunk SRQ keeps its larger charge (conservative)
 	old.Release()
 	return &verbsock.ResizeSRQResp{MaxWR: n, Used: used}, nil
 }
@@ -993,6 +1091,7 @@ func (c *conn) destroySRQHandle(h uint32) error {
 	delete(c.srqs, h)
 	c.mu.Unlock()
 	c.destroySRQ(o)
+	c.uncharge(resSRQ, 1)
 	return nil
 }
 
@@ -1010,7 +1109,11 @@ func (c *conn) createAH(r *verbsock.CreateAHReq) (any, error) {
 	if err := c.s.dev.ResolveAH(&av); err != nil {
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}
+	if err := c.charge(resAH, 1); err != nil {
+		return nil, err
+	}
 	if err := c.s.dev.Mem().HoldPD(p.pd); err != nil {
+		c.uncharge(resAH, 1)
 		return nil, err
 	}
 	h := c.handleLocked()
@@ -1026,5 +1129,6 @@ func (c *conn) destroyAH(h uint32) error {
 		return noObj("AH", h)
 	}
 	delete(c.ahs, h) // WRs already decoded keep their AV
+	c.uncharge(resAH, 1)
 	return c.s.dev.Mem().ReleasePD(a.pd)
 }

@@ -1,8 +1,9 @@
 // Package server is the daemon side of verbsock: it serves client
 // connections over a Unix socket against a Device (a *nic.Device).
 //
-// Each connection has its own handle namespace, its own quotas (Limits) and
-// its own objects; when it closes (or its process dies) every object it
+// Each connection has its own handle namespace, its own quotas (Limits),
+// shared quotas with the other connections of its peer uid (UserLimits),
+// and its own objects; when it closes (or its process dies) every object it
 // owns is destroyed: its QPs go to ERR and stop, its SRQs, AHs, MWs, MRs,
 // CQs and PDs go, and its memory is unmapped once the last in-flight access
 // is done. Nothing a client writes into shared memory or sends on the
@@ -57,6 +58,20 @@ type Config struct {
 	Log    *slog.Logger
 	// Limits are each connection's quotas; zero fields take DefaultLimits.
 	Limits verbsock.Limits
+	// UserLimits bound what all connections of one peer uid hold together;
+	// zero fields take DefaultUserLimits, and each object count is held
+	// below half of the device's table of it.
+	UserLimits verbsock.Limits
+	// MaxConns and MaxConnsPerUser bound the connections served, in all
+	// and per peer uid (defaults DefaultMaxConns, DefaultMaxConnsPerUser);
+	// a connection past them gets EUSERS in answer to its hello.
+	MaxConns, MaxConnsPerUser int
+	// HelloTimeout is how long a new connection may take to say hello
+	// before it is closed (default DefaultHelloTimeout).
+	HelloTimeout time.Duration
+	// PrivilegedGroups are the groups whose members, besides uid 0, may set
+	// controlled Q_Keys (high bit set) on their QPs.
+	PrivilegedGroups []uint32
 	// WriteTimeout bounds how long a reply may wait for room in a client's
 	// socket buffer before the client is dropped (default 5 s).
 	WriteTimeout time.Duration
@@ -78,12 +93,16 @@ type Config struct {
 
 // Server serves verbsock connections.
 type Server struct {
-	cfg    Config
-	dev    Device
-	log    *slog.Logger
-	limits verbsock.Limits
+	cfg      Config
+	dev      Device
+	log      *slog.Logger
+	limits   verbsock.Limits
+	userLim  [nRes]uint64
+	refusing chan struct{} // refused connections being answered
 
 	mu        sync.Mutex
+	users     map[uint32]*account        // +checklocks:mu
+	refused   map[*net.UnixConn]struct{} // being answered by refuse; +checklocks:mu
 	conns     map[*conn]struct{}
 	listeners map[*net.UnixListener]struct{}
 	closed    bool
@@ -136,8 +155,16 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxMRBytes == 0 {
 		l.MaxMRBytes = d.MaxMRBytes
 	}
-	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l,
-		conns: map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l, users: map[uint32]*account{},
+		refused:  map[*net.UnixConn]struct{}{},
+		refusing: make(chan struct{}, maxRefusing),
+		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+	if err := s.fillConnLimits(); err != nil {
+		return nil, err
+	}
+	a := cfg.Device.Attr()
+	s.userLim = userLimits(cfg.UserLimits, deviceTables{MaxPD: a.MaxPD, MaxCQ: a.MaxCQ, MaxQP: a.MaxQP,
+		MaxSRQ: a.MaxSRQ, MaxMR: a.MaxMR, MaxMW: a.MaxMW, MaxAH: a.MaxAH})
 	s.wg.Add(1)
 	go s.sweeper()
 	return s, nil
@@ -218,6 +245,10 @@ func (s *Server) ServeConn(uc *net.UnixConn) {
 	c, err := s.newConn(uc)
 	if err != nil {
 		s.log.Warn("verbsock connection refused", "err", err)
+		if errors.Is(err, syscall.EUSERS) {
+			s.refuse(uc, err)
+			return
+		}
 		uc.Close()
 		return
 	}
@@ -258,6 +289,9 @@ func (s *Server) Close() error {
 	}
 	for c := range s.conns {
 		c.sock.Close()
+	}
+	for uc := range s.refused {
+		uc.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -300,12 +334,8 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 		return nil, err
 	}
 	l.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
-		return nil, err
-	}
 	if gid >= 0 {
-		if err := os.Chown(path, -1, gid); err != nil {
+		if err := chgrpSocket(path, gid); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("server: chown %s to group %d: %w", path, gid, err)
 		}
@@ -313,22 +343,44 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 	return l, nil
 }
 
-func (s *Server) register(c *conn) bool {
+// chgrpSocket gives the socket file at path to group gid without following
+// a link someone swapped in after bind (O_PATH|O_NOFOLLOW, then fchownat on
+// that descriptor, only if it is a socket). Its mode came from bind's umask.
+func chgrpSocket(path string, gid int) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("replaced after bind (mode %#o)", st.Mode)
+	}
+	return unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH)
+}
+
+func (s *Server) register(c *conn, uid uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return false
+	a, err := s.admitLocked(uid)
+	if err != nil {
+		return err
 	}
+	c.acct = a
 	s.nextID++
 	c.id = s.nextID
 	s.conns[c] = struct{}{}
 	s.wg.Add(1) // released when the connection's cleanup is done
-	return true
+	return nil
 }
 
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.leaveLocked(c.acct)
 	s.mu.Unlock()
 	s.wg.Done()
 }

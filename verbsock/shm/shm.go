@@ -8,6 +8,13 @@
 // under the daemon's mapping, and the daemon's next access to a page past
 // the new end would raise SIGBUS in the daemon; the seals make the size
 // immutable for every holder of the file, so a checked size stays true.
+//
+// The seals are not enough on every file system: they do not forbid
+// fallocate(FALLOC_FL_PUNCH_HOLE), and a hole punched in a hugetlbfs file
+// (a memfd made with MFD_HUGETLB) takes away the page under the daemon's
+// mapping, so its next access there raises SIGBUS. Check therefore accepts
+// only shmem files (fstatfs f_type TMPFS_MAGIC); see Check for why a hole in
+// shmem is harmless.
 package shm
 
 import (
@@ -29,6 +36,7 @@ const RequiredSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
 var (
 	ErrNotMemfd  = errors.New("shm: fd is not a sealable memfd")
 	ErrNotSealed = errors.New("shm: memfd lacks F_SEAL_SHRINK|F_SEAL_GROW")
+	ErrNotShmem  = errors.New("shm: memfd is not shmem (a hugetlbfs memfd or other file system could fault the daemon)")
 	ErrSize      = errors.New("shm: memfd size not acceptable")
 	ErrReleased  = errors.New("shm: mapping already released")
 )
@@ -69,6 +77,14 @@ func MapFD(fd, size int) ([]byte, error) {
 // must be a memfd (or other sealable shmem file) with RequiredSeals, not
 // write-sealed, and its size a positive multiple of PageSize no larger than
 // max (and equal to want when want > 0).
+//
+// Only shmem is accepted (ErrNotShmem otherwise), because on shmem no
+// access inside the sealed size can fault: a page the client punched out
+// (FALLOC_FL_PUNCH_HOLE) or never touched is allocated, zero-filled, by the
+// daemon's next access (shmem_fault), so the worst a client gets is zeroes
+// in its own MR. Memory-cgroup charging of such pages is bounded by the
+// mapped-bytes quotas (SECURITY.md). hugetlbfs instead raises SIGBUS on a
+// page it cannot find or reserve, and other file systems can fail I/O.
 func Check(fd int, want, max int64) (int64, error) {
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil {
@@ -79,6 +95,13 @@ func Check(fd int, want, max int64) (int64, error) {
 	}
 	if seals&(unix.F_SEAL_WRITE|unix.F_SEAL_FUTURE_WRITE) != 0 {
 		return 0, fmt.Errorf("%w: memfd is write-sealed (seals %#x)", ErrSize, seals)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return 0, fmt.Errorf("%w (fstatfs: %v)", ErrNotMemfd, err)
+	}
+	if sfs.Type != unix.TMPFS_MAGIC {
+		return 0, fmt.Errorf("%w (file system magic %#x)", ErrNotShmem, uint64(sfs.Type))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

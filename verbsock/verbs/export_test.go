@@ -1,5 +1,7 @@
 package verbs
 
+import "github.com/vrnic/vrnicd/verbsock/shm"
+
 // SQRing, RQRing and CQRing expose a queue's shared memory to tests that
 // play a hostile client.
 func SQRing(q *QP) []byte  { return q.sqm }
@@ -42,3 +44,7 @@ func CQEventFD(cq *CQ) int {
 	_ = rc.Control(func(f uintptr) { fd = int(f) })
 	return fd
 }
+
+// SRQRing exposes an SRQ's ring; RingSRQBell writes its doorbell.
+func SRQRing(s *SRQ) []byte { return s.m }
+func RingSRQBell(s *SRQ)    { _ = shm.Wake(s.bell) }
