@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -73,7 +72,7 @@ func (c *conn) capture(r *verbsock.CaptureReq) (any, []int, error) {
 		return nil, nil, err
 	}
 	c.wg.Add(1)
-	go c.streamCapture(sub, ours, theirs, snap)
+	go c.streamCapture(sub, ours, snap) // theirs is closed once sent (conn.handle)
 	return &verbsock.CaptureResp{Depth: uint32(depth), SnapLen: uint32(snap)}, []int{theirs}, nil
 }
 
@@ -156,15 +155,13 @@ func captureSocketpair() (net.Conn, int, error) {
 
 // streamCapture runs one capture: it waits for the client's start byte
 // (proof that the reply, and with it the client's end, was delivered; the
-// daemon's copy of that end is closed then, so the client's close is seen
-// as EOF), then writes the pcap header and every frame the hub queues,
+// daemon's copy of that end is closed once the reply is written, so the
+// client's close is seen as EOF), then writes the pcap header and every frame the hub queues,
 // flushing whenever the queue is empty. It ends when the client closes the
 // stream, the verbsock connection ends, or a write fails.
-func (c *conn) streamCapture(sub *capture.Sub, nc net.Conn, theirs int, snap int) {
+func (c *conn) streamCapture(sub *capture.Sub, nc net.Conn, snap int) {
 	defer c.wg.Done()
 	defer sub.Close()
-	closeTheirs := sync.OnceFunc(func() { unix.Close(theirs) })
-	defer closeTheirs()
 	gone := make(chan struct{}) // the client closed its end
 	quit := make(chan struct{})
 	defer close(quit)
@@ -184,7 +181,6 @@ func (c *conn) streamCapture(sub *capture.Sub, nc net.Conn, theirs int, snap int
 		c.log.Debug("live capture not started", "err", err)
 		return
 	}
-	closeTheirs()
 	nc.SetReadDeadline(time.Time{})
 	go func() { // the client writes nothing more: a read returns at its close
 		var b [64]byte
