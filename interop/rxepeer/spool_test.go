@@ -162,8 +162,11 @@ func TestSpoolKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	j := vm.StartTimeout("echo started; sleep 60 & sleep 60", time.Minute)
+	// The job's output can show before its runner has written the pid
+	// file (a loaded machine): wait for both.
 	for i := 0; ; i++ {
-		if o, _ := j.Output(); o == "started\n" {
+		o, _ := j.Output()
+		if _, err := os.Stat(filepath.Join(j.dir, "pid")); err == nil && o == "started\n" {
 			break
 		}
 		if i == 200 {
