@@ -37,7 +37,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 		// while a resend of it is under way: every PSN before hi was sent.
 		if !w.sendWrite() {
 			ss.lostResponse(s, w, now)
-			ss.after(s, now, progress, rnr)
+			ss.settleResponse(s, now, progress, rnr)
 			return
 		}
 		ss.finish(w, WCSuccess)
@@ -56,7 +56,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 		progress, advanced = true, true
 	}
 	if w == nil || psn.Before(w.firstPSN) {
-		ss.after(s, now, progress, rnr)
+		ss.settleResponse(s, now, progress, rnr)
 		return
 	}
 	switch op {
@@ -83,9 +83,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 				}
 				ss.rnrLeft--
 			}
-			ss.rnrWake = now.Add(RNRTimer(wire.SyndromeValue(syn)))
-			ss.rnrPSN = psn
-			ss.deadline = time.Time{}
+			ss.timerRNRWait(now, RNRTimer(wire.SyndromeValue(syn)), psn)
 		case wire.AETHNak:
 			switch syn {
 			case wire.NakPSNSeqError:
@@ -105,7 +103,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 				q.inc(CompleterRetryErr)
 				ss.retry(psn)
 				progress = false
-				ss.armTimer(s, now)
+				ss.timerResponseRetry(s, now)
 			case wire.NakInvalidRequest:
 				ss.finish(w, WCRemInvReqErr)
 			case wire.NakRemoteAccess:
@@ -130,7 +128,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 	default:
 		q.inc(RcvdDropped)
 	}
-	ss.after(s, now, progress, rnr)
+	ss.settleResponse(s, now, progress, rnr)
 }
 
 // readResponse takes one RDMA READ response packet (also the zero-length
@@ -197,12 +195,13 @@ func (ss *sendSide) lostResponse(s *qpSnap, w *swqe, now time.Time) {
 	}
 	ss.q.inc(CompleterRetryErr)
 	ss.retry(from)
-	ss.armTimer(s, now)
+	ss.timerResponseRetry(s, now)
 }
 
-// after finishes handling a response: progress resets the retry counters
-// and pushes the retransmit deadline out (or stops it).
-func (ss *sendSide) after(s *qpSnap, now time.Time, progress, rnr bool) {
+// settleResponse ends the handling of a response: progress resets the retry
+// counters, resumes the window after a probe and pushes the retransmit
+// deadline out; with nothing outstanding the deadline stops.
+func (ss *sendSide) settleResponse(s *qpSnap, now time.Time, progress, rnr bool) {
 	if progress {
 		ss.retryLeft = s.attr.RetryCnt
 		if !rnr {
@@ -223,10 +222,10 @@ func (ss *sendSide) after(s *qpSnap, now time.Time, progress, rnr bool) {
 		if ss.net < ss.head {
 			ss.net = ss.head
 		}
-		ss.armTimer(s, now)
+		ss.timerAckProgress(s, now)
 	}
 	if !ss.outstanding() {
-		ss.deadline = time.Time{}
+		ss.timerNothingOutstanding()
 	}
 }
 

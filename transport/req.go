@@ -26,14 +26,7 @@ func (q *QP) RunSend() time.Time {
 		return time.Time{}
 	}
 	now := q.env.Clock.Now()
-	if !ss.rnrWake.IsZero() && !now.Before(ss.rnrWake) {
-		ss.rnrWake = time.Time{}
-		ss.retry(ss.rnrPSN)
-		ss.armAtFlush = s // as after a timeout: from when the resend has left
-	}
-	if !ss.deadline.IsZero() && !now.Before(ss.deadline) && ss.rnrWake.IsZero() {
-		ss.timeout(s)
-	}
+	ss.runTimers(s, now)
 	budget := maxRunPackets
 	for budget > 0 && q.State() != StateErr {
 		sent, more := ss.transmit(s, budget)
@@ -332,10 +325,7 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 		if end.After(ss.hi) {
 			ss.hi = end
 		}
-		if wasIdle || ss.deadline.IsZero() {
-			ss.deadline = time.Time{}
-			ss.armAtFlush = s
-		}
+		ss.timerPacketSent(s, wasIdle)
 	}
 	w.sent++
 	if q.typ != QPTypeRC && ss.fullySent(w) {
@@ -424,8 +414,5 @@ func (ss *sendSide) flushTx() {
 		clear(ss.tx)
 		ss.tx = ss.tx[:0]
 	}
-	if s := ss.armAtFlush; s != nil {
-		ss.armAtFlush = nil
-		ss.armTimer(s, ss.q.env.Clock.Now())
-	}
+	ss.timerBatchLeft()
 }

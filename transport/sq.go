@@ -80,10 +80,9 @@ type sendSide struct {
 	retryLeft  uint8
 	rnrLeft    uint8
 
-	// The retransmit deadline belongs to the oldest unacknowledged PSN:
-	// armed when a packet leaves with nothing outstanding, pushed out by
-	// every acknowledgement that makes progress, stopped when nothing is
-	// outstanding. Zero means stopped.
+	// The retransmit deadline belongs to the oldest unacknowledged PSN
+	// (zero: stopped). Only the timer transitions in timers.go change it,
+	// armAtFlush and rnrWake.
 	deadline time.Time
 	// armAtFlush: a packet that starts the deadline is queued; it is armed
 	// when the batch has been handed to the link, from a fresh clock
@@ -172,7 +171,7 @@ func (ss *sendSide) reset() {
 	}
 	ss.head, ss.issue, ss.net, ss.tail = 0, 0, 0, 0
 	ss.rdInFlight, ss.noAck = 0, 0
-	ss.deadline, ss.rnrWake, ss.armAtFlush = time.Time{}, time.Time{}, nil
+	ss.timerStopAll()
 	ss.inRetry, ss.stopIssue, ss.drained = false, false, false
 	ss.probe, ss.probeSent = false, false
 	ss.state = StateReset
@@ -361,7 +360,7 @@ func (ss *sendSide) flush() {
 	}
 	ss.issue, ss.net = ss.tail, ss.tail
 	ss.rdInFlight = 0
-	ss.deadline, ss.rnrWake, ss.armAtFlush = time.Time{}, time.Time{}, nil
+	ss.timerStopAll()
 	ss.stopIssue = false
 	ss.comp = ss.hi
 }
