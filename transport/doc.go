@@ -27,6 +27,7 @@
 //	timers.go          retransmit and RNR timers, retry             rxe_comp.c (retransmit_timer), rxe_req.c (rnr_nak_timer, req_retry)
 //	rq.go              receive queue: state, post_recv, dispatch    rxe_verbs.c (post_recv), rxe_resp.c (get_srq_wqe)
 //	resp.go            RC responder: checks, execution, duplicates  rxe_resp.c
+//	place.go           SEND and WRITE placement, RC and UC          rxe_resp.c (send_data_in, write_data_in)
 //	resp_ack.go        ACK/NAK, atomic ACK, READ responses          rxe_resp.c (send_ack, read_reply)
 //	resp_ucud.go       UC and UD receive                            rxe_resp.c
 //	srq.go, cq.go      shared receive queue, in-memory CQ           rxe_srq.c, rxe_cq.c

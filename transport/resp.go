@@ -64,6 +64,12 @@ func lengthOK(info *wire.OpInfo, n, mtu int) bool {
 	return n == mtu // FIRST, MIDDLE
 }
 
+// needsRecvWQE: a receive WQE is taken at SEND FIRST/ONLY and at the end
+// of a WRITE with immediate.
+func needsRecvWQE(info *wire.OpInfo) bool {
+	return info.Has(wire.FlagRecvWQE) && (info.Has(wire.FlagSend) || info.Has(wire.FlagEnd))
+}
+
 func (rs *recvSide) rcRequest(s *qpSnap, p *RxPacket) {
 	q := rs.q
 	psn := wire.PSN(p.BTH.PSN())
@@ -106,7 +112,7 @@ func (rs *recvSide) rcRequest(s *qpSnap, p *RxPacket) {
 	}
 	// A receive WQE is needed at SEND FIRST/ONLY and at the end of a
 	// WRITE with immediate; without one, RNR NAK.
-	needWQE := info.Has(wire.FlagRecvWQE) && (info.Has(wire.FlagSend) || info.Has(wire.FlagEnd))
+	needWQE := needsRecvWQE(info)
 	if needWQE && !rs.popRecv() {
 		q.inc(SendRNRErr)
 		rs.nakSent = true
@@ -119,11 +125,13 @@ func (rs *recvSide) rcRequest(s *qpSnap, p *RxPacket) {
 	}
 	switch {
 	case info.Has(wire.FlagSend):
-		if !rs.doSend(s, p, psn) {
+		if why := rs.placeSend(p); why != placed {
+			rs.rcPlaceFailed(s, psn, why, nil)
 			return
 		}
 	case info.Has(wire.FlagWrite):
-		if !rs.doWrite(s, p, psn) {
+		if why, err := rs.placeWrite(p); why != placed {
+			rs.rcPlaceFailed(s, psn, why, err)
 			return
 		}
 	case info.Has(wire.FlagRead):
@@ -168,92 +176,6 @@ func (rs *recvSide) fatalNAK(s *qpSnap, syn uint8, psn wire.PSN, st WCStatus, ev
 	}
 	q.log.Debug("responder error", "psn", uint32(psn), "reason", why)
 	q.fatal(ev, "responder: "+why)
-}
-
-func (rs *recvSide) doSend(s *qpSnap, p *RxPacket, psn wire.PSN) bool {
-	q := rs.q
-	info := p.Op
-	c := &rs.cur
-	n := uint64(len(p.Payload))
-	if c.off+n > c.length {
-		rs.classC(s, psn, WCLocLenErr, "SEND longer than the receive buffer")
-		return false
-	}
-	if n > 0 && !rs.scatterRecv(c.off, p.Payload) {
-		rs.fatalNAK(s, wire.NakRemoteOperation, psn, WCLocProtErr, EventQPFatal, "receive WQE with a bad lkey")
-		return false
-	}
-	c.off += n
-	if !info.Has(wire.FlagEnd) {
-		rs.inMsg = msgSend
-		return true
-	}
-	rs.inMsg = msgNone
-	rs.msn = (rs.msn + 1) & wire.PSNMask
-	rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(c.off), Solicited: p.BTH.SE()}
-	if p.ImmDt != nil {
-		rs.wc.Flags |= WCWithImm
-		rs.wc.ImmData = p.ImmDt.Imm()
-	}
-	if p.IETH != nil {
-		rkey := p.IETH.RKey()
-		if err := q.env.Memory.RemoteInvalidate(q.pd, q.qpn, rkey); err != nil {
-			q.log.Debug("SEND_WITH_INV of a key that cannot be invalidated", "rkey", rkey, "err", err)
-			rs.classC(s, psn, WCRemInvReqErr, "SEND_WITH_INV with an invalid rkey")
-			return false
-		}
-		rs.wc.Flags |= WCWithInv
-		rs.wc.ImmData = rkey
-	}
-	rs.completeRecv(&rs.wc)
-	return true
-}
-
-func (rs *recvSide) doWrite(s *qpSnap, p *RxPacket, psn wire.PSN) bool {
-	q := rs.q
-	info := p.Op
-	if info.Has(wire.FlagStart) {
-		va, rkey, l := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.Length())
-		if l > MaxMessageSize {
-			rs.classC(s, psn, WCLocLenErr, "RETH length over 2^31")
-			return false
-		}
-		if l > 0 {
-			r, err := q.env.Memory.Remote(q.pd, q.qpn, rkey, va, l, mem.RemoteWrite)
-			if err != nil {
-				q.log.Debug("WRITE rkey check failed", "rkey", rkey, "va", va, "len", l, "err", err)
-				rs.fatalNAK(s, nakFor(err), psn, WCLocAccessErr, EventQPAccessErr, "WRITE rkey check failed")
-				return false
-			}
-			rs.writeRef, rs.hasWrite = r, true
-		}
-		rs.writeOff, rs.writeLen = 0, l
-	}
-	n := uint64(len(p.Payload))
-	rest := rs.writeLen - rs.writeOff
-	if n > rest || (info.Has(wire.FlagEnd) && n != rest) {
-		rs.classC(s, psn, WCLocLenErr, "WRITE payload does not match the RETH length")
-		return false
-	}
-	if n > 0 {
-		rs.writeRef.WriteAt(p.Payload, int64(rs.writeOff))
-	}
-	rs.writeOff += n
-	if !info.Has(wire.FlagEnd) {
-		rs.inMsg = msgWrite
-		return true
-	}
-	rs.inMsg = msgNone
-	if rs.hasWrite {
-		rs.writeRef.Release()
-		rs.hasWrite = false
-	}
-	rs.msn = (rs.msn + 1) & wire.PSNMask
-	if p.ImmDt != nil {
-		rs.wc = WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(rs.writeLen), Flags: WCWithImm, ImmData: p.ImmDt.Imm(), Solicited: p.BTH.SE()}
-		rs.completeRecv(&rs.wc)
-	}
-	return true
 }
 
 // newRes takes the next responder resource (the oldest is reused: it is
@@ -303,7 +225,7 @@ func (rs *recvSide) doRead(s *qpSnap, p *RxPacket, psn wire.PSN) {
 	res := rs.newRes()
 	res.op, res.first, res.last = wire.RCRDMAReadRequest, psn, psn.Add(npkts-1)
 	res.va, res.rkey, res.length = va, rkey, uint32(l)
-	rs.msn = (rs.msn + 1) & wire.PSNMask
+	rs.nextMSN()
 	rs.psn = psn.Add(npkts)
 	rs.respQ = append(rs.respQ, respItem{stream: true, ref: ref, hasRef: l > 0, psn: psn, last: res.last,
 		first: true, length: l, msn: rs.msn})
@@ -332,7 +254,7 @@ func (rs *recvSide) doAtomic(s *qpSnap, p *RxPacket, psn wire.PSN) {
 	r.Release()
 	res := rs.newRes()
 	res.op, res.first, res.last, res.va, res.rkey, res.length, res.orig = p.BTH.Opcode(), psn, psn, va, rkey, 8, orig
-	rs.msn = (rs.msn + 1) & wire.PSNMask
+	rs.nextMSN()
 	rs.psn = psn.Add(1)
 	rs.queueAtomicAck(psn, orig, s)
 }
@@ -373,7 +295,7 @@ func (rs *recvSide) doAtomicWriteFlush(s *qpSnap, p *RxPacket, psn wire.PSN) {
 	}
 	res := rs.newRes()
 	res.op, res.first, res.last, res.va, res.rkey, res.length = op, psn, psn, va, rkey, uint32(l)
-	rs.msn = (rs.msn + 1) & wire.PSNMask
+	rs.nextMSN()
 	rs.psn = psn.Add(1)
 	rs.queueEmptyReadResponse(psn, s)
 }

@@ -1,110 +1,81 @@
 package transport
 
 import (
-	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // ucRequest: UC has no ACKs and no retries. A missing packet drops the rest
-// of its message; the next FIRST or ONLY starts over.
+// of its message; the next FIRST or ONLY starts over. Data is placed as on
+// RC (placeSend, placeWrite); a failure drops the message.
 func (rs *recvSide) ucRequest(s *qpSnap, p *RxPacket) {
-	q := rs.q
-	psn := wire.PSN(p.BTH.PSN())
+	if !rs.ucInSequence(p) {
+		return
+	}
 	info := p.Op
+	if !rs.seqOK(info) || !accessOK(info, s.attr.AccessFlags) || !lengthOK(info, len(p.Payload), s.mtu) {
+		rs.ucDropMessage()
+		return
+	}
+	if !rs.ucTakeWQE(info) {
+		return
+	}
+	var why placeFail
+	switch {
+	case info.Has(wire.FlagSend):
+		why = rs.placeSend(p)
+	case info.Has(wire.FlagWrite):
+		why, _ = rs.placeWrite(p)
+	default:
+		rs.ucDropMessage()
+		return
+	}
+	if why != placed {
+		rs.ucPlaceFailed(p, why)
+	}
+}
+
+// ucInSequence checks the packet's PSN. After a gap, or while a message is
+// being dropped, only a FIRST or ONLY starts over; anything else is dropped.
+// true: the packet is the next one to take.
+func (rs *recvSide) ucInSequence(p *RxPacket) bool {
+	psn := wire.PSN(p.BTH.PSN())
 	if rs.ucDrop || psn != rs.psn {
-		if !info.Has(wire.FlagStart) {
-			rs.ucDrop = true
-			rs.abandon()
-			q.inc(RcvdDropped)
-			return
+		if !p.Op.Has(wire.FlagStart) {
+			rs.ucDropMessage()
+			return false
 		}
 		rs.ucDrop = false
 		rs.abandon()
 	}
 	rs.psn = psn.Add(1)
-	drop := func() {
-		rs.ucDrop = true
-		rs.abandon()
-		q.inc(RcvdDropped)
+	return true
+}
+
+// ucTakeWQE takes the receive WQE the packet needs (needsRecvWQE). UC has
+// no RNR NAK: without one, or with a malformed one (which completes in
+// error), the message is dropped.
+func (rs *recvSide) ucTakeWQE(info *wire.OpInfo) bool {
+	if !needsRecvWQE(info) {
+		return true
 	}
-	if !rs.seqOK(info) || !accessOK(info, s.attr.AccessFlags) || !lengthOK(info, len(p.Payload), s.mtu) {
-		drop()
-		return
+	if !rs.popRecv() {
+		rs.ucDropMessage()
+		return false
 	}
-	needWQE := info.Has(wire.FlagRecvWQE) && (info.Has(wire.FlagSend) || info.Has(wire.FlagEnd))
-	if needWQE && !rs.popRecv() {
-		drop()
-		return
-	}
-	if needWQE && rs.cur.wr.Fault != WCSuccess {
+	if rs.cur.wr.Fault != WCSuccess {
 		rs.wc = WC{Status: rs.cur.wr.Fault, Opcode: WCRecv}
 		rs.completeRecv(&rs.wc)
-		drop()
-		return
+		rs.ucDropMessage()
+		return false
 	}
-	switch {
-	case info.Has(wire.FlagSend):
-		c := &rs.cur
-		n := uint64(len(p.Payload))
-		if c.off+n > c.length || (n > 0 && !rs.scatterRecv(c.off, p.Payload)) {
-			// IBA: a UC receive too small completes in error.
-			rs.abandon()
-			rs.wc = WC{Status: WCLocLenErr, Opcode: WCRecv}
-			rs.completeRecv(&rs.wc)
-			rs.ucDrop = !info.Has(wire.FlagEnd)
-			return
-		}
-		c.off += n
-		if !info.Has(wire.FlagEnd) {
-			rs.inMsg = msgSend
-			return
-		}
-		rs.inMsg = msgNone
-		rs.wc = WC{Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(c.off), Solicited: p.BTH.SE()}
-		if p.ImmDt != nil {
-			rs.wc.Flags |= WCWithImm
-			rs.wc.ImmData = p.ImmDt.Imm()
-		}
-		rs.completeRecv(&rs.wc)
-	case info.Has(wire.FlagWrite):
-		if info.Has(wire.FlagStart) {
-			va, rkey, l := p.RETH.VA(), p.RETH.RKey(), uint64(p.RETH.Length())
-			if l > 0 {
-				r, err := q.env.Memory.Remote(q.pd, q.qpn, rkey, va, l, mem.RemoteWrite)
-				if err != nil || l > MaxMessageSize {
-					drop()
-					return
-				}
-				rs.writeRef, rs.hasWrite = r, true
-			}
-			rs.writeOff, rs.writeLen = 0, l
-		}
-		n := uint64(len(p.Payload))
-		rest := rs.writeLen - rs.writeOff
-		if n > rest || (info.Has(wire.FlagEnd) && n != rest) {
-			drop()
-			return
-		}
-		if n > 0 {
-			rs.writeRef.WriteAt(p.Payload, int64(rs.writeOff))
-		}
-		rs.writeOff += n
-		if !info.Has(wire.FlagEnd) {
-			rs.inMsg = msgWrite
-			return
-		}
-		rs.inMsg = msgNone
-		if rs.hasWrite {
-			rs.writeRef.Release()
-			rs.hasWrite = false
-		}
-		if p.ImmDt != nil {
-			rs.wc = WC{Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(rs.writeLen), Flags: WCWithImm, ImmData: p.ImmDt.Imm(), Solicited: p.BTH.SE()}
-			rs.completeRecv(&rs.wc)
-		}
-	default:
-		drop()
-	}
+	return true
+}
+
+// ucDropMessage drops the packet and the rest of its message.
+func (rs *recvSide) ucDropMessage() {
+	rs.ucDrop = true
+	rs.abandon()
+	rs.q.inc(RcvdDropped)
 }
 
 // GRHLen is the room a UD receive buffer keeps for the Global Route Header.
