@@ -216,23 +216,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 
 func (q *QP) checkSendWR(wr *SendWR) error {
 	op := wr.Opcode
-	ok := false
-	switch q.typ {
-	case QPTypeRC:
-		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead, WRAtomicCmpAndSwp,
-			WRAtomicFetchAdd, WRLocalInv, WRBindMW, WRSendWithInv, WRRegMR, WRFlush, WRAtomicWrite:
-			ok = true
-		}
-	case QPTypeUC:
-		switch op {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW, WRRegMR:
-			ok = true
-		}
-	case QPTypeUD, QPTypeGSI:
-		ok = op == WRSend || op == WRSendWithImm
-	}
-	if !ok {
+	if !OpcodeAllowed(q.typ, op) {
 		return fmt.Errorf("%w: %v on a %v QP", ErrInvalid, op, q.typ)
 	}
 	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE {
