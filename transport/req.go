@@ -215,12 +215,37 @@ func (ss *sendSide) execLocal(w *swqe) WCStatus {
 }
 
 // sendNext sends the WQE's next request packet. false: the PSN window is
-// full.
+// full, or a probe is out and waits for its answer.
 func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
-	q := ss.q
+	rc := ss.q.typ == QPTypeRC
+	psn, off, n := ss.nextPacket(s, w)
+	if rc && psn.Diff(ss.comp) >= maxUnackedPSNs {
+		return false
+	}
+	if ss.probe && ss.probeSent {
+		return false
+	}
+	last := w.sent+1 >= w.npkts || !w.sendWrite()
+	var f wire.PacketFields
+	ss.requestHeaders(&f, s, w, psn, off, last)
+	if rc {
+		ss.requestAck(&f, w, psn, last)
+	}
+	ss.queueRequest(&f, s, w, off, n)
+	if rc {
+		ss.rcSent(s, w, psn)
+	}
+	w.sent++
+	if !rc && ss.fullySent(w) {
+		ss.finish(w, WCSuccess) // UC and UD complete once sent
+	}
+	return true
+}
+
+// nextPacket says where the WQE's next request packet is: its PSN, the
+// message offset it starts at and how many payload bytes it carries.
+func (ss *sendSide) nextPacket(s *qpSnap, w *swqe) (psn wire.PSN, off, n uint64) {
 	mtu := uint64(s.mtu)
-	var psn wire.PSN
-	var off, n uint64
 	switch {
 	case w.sendWrite():
 		psn = w.firstPSN.Add(w.sent)
@@ -235,14 +260,12 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 			n = 8
 		}
 	}
-	if q.typ == QPTypeRC && psn.Diff(ss.comp) >= maxUnackedPSNs {
-		return false
-	}
-	if ss.probe && ss.probeSent {
-		return false
-	}
-	last := w.sent+1 >= w.npkts || !w.sendWrite()
-	f := wire.PacketFields{}
+	return psn, off, n
+}
+
+// requestHeaders fills the request packet's headers: BTH, and the RETH,
+// AtomicETH, FETH, immediate data, IETH or DETH its opcode carries.
+func (ss *sendSide) requestHeaders(f *wire.PacketFields, s *qpSnap, w *swqe, psn wire.PSN, off uint64, last bool) {
 	f.BTH.PKey = wire.DefaultPKey
 	f.BTH.PSN = uint32(psn)
 	f.BTH.DestQP = s.attr.DestQPN
@@ -270,31 +293,47 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: uint32(w.length)}
 		f.FETH = wire.FETHFields{Selectivity: w.wr.FlushType, Placement: w.wr.FlushLevel}
 	}
-	if q.typ.datagram() {
-		f.BTH.DestQP = w.wr.RemoteQPN
-		qkey := w.wr.RemoteQKey
-		if qkey&0x80000000 != 0 {
-			qkey = s.attr.QKey // IBA: a Q_Key with the high bit set means the QP's own
-		}
-		if q.typ == QPTypeGSI {
-			qkey = wire.GSIQKey
-		}
-		f.DETH = wire.DETHFields{QKey: qkey, SrcQP: q.qpn}
+	if ss.q.typ.datagram() {
+		ss.datagramHeaders(f, s, w)
 	}
-	if q.typ == QPTypeRC {
-		ss.noAck++
-		if last || ss.noAck >= maxPktsPerAck || ss.probe {
-			f.BTH.AckReq = true
-			ss.noAck = 0
-		}
-		if ss.probe {
-			ss.probeSent = true
-			ss.probeEnd = psn.Add(1)
-			if w.wr.Opcode == WRRDMARead {
-				ss.probeEnd = w.lastPSN().Add(1) // one request, every missing response
-			}
+}
+
+// datagramHeaders addresses a UD or GSI packet: destination QP and DETH.
+func (ss *sendSide) datagramHeaders(f *wire.PacketFields, s *qpSnap, w *swqe) {
+	q := ss.q
+	f.BTH.DestQP = w.wr.RemoteQPN
+	qkey := w.wr.RemoteQKey
+	if qkey&0x80000000 != 0 {
+		qkey = s.attr.QKey // IBA: a Q_Key with the high bit set means the QP's own
+	}
+	if q.typ == QPTypeGSI {
+		qkey = wire.GSIQKey
+	}
+	f.DETH = wire.DETHFields{QKey: qkey, SrcQP: q.qpn}
+}
+
+// requestAck sets AckReq on an RC request: on a message's last packet, at
+// least every maxPktsPerAck packets, and on a probe, which also records
+// the PSNs it asks for.
+func (ss *sendSide) requestAck(f *wire.PacketFields, w *swqe, psn wire.PSN, last bool) {
+	ss.noAck++
+	if last || ss.noAck >= maxPktsPerAck || ss.probe {
+		f.BTH.AckReq = true
+		ss.noAck = 0
+	}
+	if ss.probe {
+		ss.probeSent = true
+		ss.probeEnd = psn.Add(1)
+		if w.wr.Opcode == WRRDMARead {
+			ss.probeEnd = w.lastPSN().Add(1) // one request, every missing response
 		}
 	}
+}
+
+// queueRequest encodes the packet with n payload bytes from message offset
+// off and queues it, handing the batch to the link when it is full.
+func (ss *sendSide) queueRequest(f *wire.PacketFields, s *qpSnap, w *swqe, off, n uint64) {
+	q := ss.q
 	info := f.BTH.Opcode.Info()
 	h := q.env.Out.Headroom()
 	buf := q.env.Out.Alloc(wire.Len(info, int(n)))
@@ -312,26 +351,26 @@ func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 		ss.flushTx()
 	}
 	q.inc(SentPkts)
-	if q.typ == QPTypeRC {
-		if psn.Before(ss.hi) {
-			q.inc(RetransmittedPkts)
-			ss.checkChanged(w)
-		}
-		end := psn.Add(1)
-		if w.wr.Opcode == WRRDMARead {
-			end = w.firstPSN.Add(w.npsn)
-		}
-		wasIdle := !ss.outstanding()
-		if end.After(ss.hi) {
-			ss.hi = end
-		}
-		ss.timerPacketSent(s, wasIdle)
+}
+
+// rcSent accounts an RC request packet that was queued: retransmissions
+// are counted, hi moves past what it asks for, and the retransmit deadline
+// learns of it.
+func (ss *sendSide) rcSent(s *qpSnap, w *swqe, psn wire.PSN) {
+	q := ss.q
+	if psn.Before(ss.hi) {
+		q.inc(RetransmittedPkts)
+		ss.checkChanged(w)
 	}
-	w.sent++
-	if q.typ != QPTypeRC && ss.fullySent(w) {
-		ss.finish(w, WCSuccess) // UC and UD complete once sent
+	end := psn.Add(1)
+	if w.wr.Opcode == WRRDMARead {
+		end = w.firstPSN.Add(w.npsn)
 	}
-	return true
+	wasIdle := !ss.outstanding()
+	if end.After(ss.hi) {
+		ss.hi = end
+	}
+	ss.timerPacketSent(s, wasIdle)
 }
 
 // opcode picks the wire opcode for the WQE's next packet.
