@@ -22,113 +22,164 @@ func (q *QP) HandleResponse(p *RxPacket) {
 	if psn.Before(ss.comp) || !psn.Before(ss.hi) {
 		return // a duplicate, or a response to nothing we sent
 	}
-	op := p.BTH.Opcode()
-	progress := false
-	rnr := false
-	// Everything before psn is acknowledged: SEND/WRITE WQEs that end
-	// before it are complete (coalesced ACKs); a READ or atomic that ends
-	// before it without its response lost that response.
-	for {
-		w := ss.oldestActive()
-		if w == nil || !w.lastPSN().Before(psn) {
-			break
-		}
-		// A SEND/WRITE is complete once a later PSN is acknowledged, even
-		// while a resend of it is under way: every PSN before hi was sent.
-		if !w.sendWrite() {
-			ss.lostResponse(s, w, now)
-			ss.settleResponse(s, now, progress, rnr)
-			return
-		}
-		ss.finish(w, WCSuccess)
-		progress = true
-	}
-	advanced := progress
-	w := ss.oldestActive()
-	// PSNs before psn inside a READ count as acknowledged only as far as
-	// its responses have arrived, inside an atomic not at all.
-	limit := psn
-	if w != nil && !psn.Before(w.firstPSN) && !w.sendWrite() {
-		limit = w.firstPSN.Add(w.rcvd)
-	}
-	if limit.After(ss.comp) {
-		ss.comp = limit
-		progress, advanced = true, true
-	}
-	if w == nil || psn.Before(w.firstPSN) {
-		ss.settleResponse(s, now, progress, rnr)
+	progress, lost := ss.completeBefore(s, psn, now)
+	if lost {
+		ss.settleResponse(s, now, progress, false)
 		return
 	}
-	switch op {
-	case wire.RCAcknowledge:
-		syn := p.AETH.Syndrome()
-		switch wire.SyndromeType(syn) {
-		case wire.AETHAck:
-			if !w.sendWrite() {
-				break // a plain ACK inside a READ/atomic's PSNs answers nothing
-			}
-			ss.comp = psn.Add(1)
-			progress = true
-			if psn == w.lastPSN() { // also mid-resend: the responder has it all
-				ss.finish(w, WCSuccess)
-			}
-		case wire.AETHRNRNak:
-			q.inc(RcvdRNRErr)
-			rnr = true
-			if s.attr.RNRRetry != 7 {
-				if ss.rnrLeft == 0 {
-					q.inc(RetryRNRExceededErr)
-					ss.finish(w, WCRNRRetryExcErr)
-					break
-				}
-				ss.rnrLeft--
-			}
-			ss.timerRNRWait(now, RNRTimer(wire.SyndromeValue(syn)), psn)
-		case wire.AETHNak:
-			switch syn {
-			case wire.NakPSNSeqError:
-				q.inc(RcvdSeqErr)
-				if !ss.rnrWake.IsZero() || (ss.inRetry && ss.retryFrom == psn) {
-					break // already waiting out an RNR, or already resending from there
-				}
-				if advanced {
-					ss.retryLeft = s.attr.RetryCnt // forward progress resets the count
-				}
-				if ss.retryLeft == 0 {
-					q.inc(RetryExceededErr)
-					ss.finish(w, WCRetryExcErr)
-					break
-				}
-				ss.retryLeft--
-				q.inc(CompleterRetryErr)
-				ss.retry(psn)
-				progress = false
-				ss.timerResponseRetry(s, now)
-			case wire.NakInvalidRequest:
-				ss.finish(w, WCRemInvReqErr)
-			case wire.NakRemoteAccess:
-				ss.finish(w, WCRemAccessErr)
-			default:
-				ss.finish(w, WCRemOpErr)
-			}
-		}
-	case wire.RCAtomicAcknowledge:
-		if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd || psn != w.firstPSN {
-			ss.finish(w, WCBadRespErr)
-			break
-		}
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], p.AtomicAckETH.Orig()) // host order, as rxe stores it
-		ss.scatter(w, 0, b[:])
-		ss.comp = psn.Add(1)
+	w := ss.oldestActive()
+	if ss.advanceComp(w, psn) {
 		progress = true
-		ss.finish(w, WCSuccess)
+	}
+	if w == nil || psn.Before(w.firstPSN) {
+		ss.settleResponse(s, now, progress, false)
+		return
+	}
+	rnr := false
+	switch p.BTH.Opcode() {
+	case wire.RCAcknowledge:
+		progress, rnr = ss.acknowledge(s, w, p.AETH.Syndrome(), psn, now, progress)
+	case wire.RCAtomicAcknowledge:
+		progress = ss.atomicAck(w, p, psn) || progress
 	case wire.RCRDMAReadResponseFirst, wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
 		progress = ss.readResponse(s, w, p, psn, now) || progress
 	default:
 		q.inc(RcvdDropped)
 	}
 	ss.settleResponse(s, now, progress, rnr)
+}
+
+// completeBefore takes the acknowledgement of everything before psn: the
+// SEND/WRITE WQEs that end before it are complete (coalesced ACKs), even
+// while a resend of them is under way (every PSN before hi was sent). A
+// READ or atomic that ends before it without its response lost that
+// response: lost is true, a retry from it started and the response is
+// handled.
+func (ss *sendSide) completeBefore(s *qpSnap, psn wire.PSN, now time.Time) (progress, lost bool) {
+	for {
+		w := ss.oldestActive()
+		if w == nil || !w.lastPSN().Before(psn) {
+			return progress, false
+		}
+		if !w.sendWrite() {
+			ss.lostResponse(s, w, now)
+			return progress, true
+		}
+		ss.finish(w, WCSuccess)
+		progress = true
+	}
+}
+
+// advanceComp moves the oldest unacknowledged PSN up to psn, the response's
+// PSN, with w the oldest WQE still waiting. PSNs before psn inside a READ
+// count as acknowledged only as far as its responses have arrived, inside
+// an atomic not at all. true: comp moved.
+func (ss *sendSide) advanceComp(w *swqe, psn wire.PSN) bool {
+	limit := psn
+	if w != nil && !psn.Before(w.firstPSN) && !w.sendWrite() {
+		limit = w.firstPSN.Add(w.rcvd)
+	}
+	if limit.After(ss.comp) {
+		ss.comp = limit
+		return true
+	}
+	return false
+}
+
+// acknowledge takes an ACKNOWLEDGE for psn inside w with AETH syndrome syn;
+// progress says whether the response has made progress so far (also the
+// forward progress that resets a PSN sequence NAK's retry count). It
+// returns progress as it stands after the ACK or NAK, and whether it was
+// an RNR NAK.
+func (ss *sendSide) acknowledge(s *qpSnap, w *swqe, syn uint8, psn wire.PSN, now time.Time, progress bool) (bool, bool) {
+	switch wire.SyndromeType(syn) {
+	case wire.AETHAck:
+		if !w.sendWrite() {
+			return progress, false // a plain ACK inside a READ/atomic's PSNs answers nothing
+		}
+		ss.comp = psn.Add(1)
+		if psn == w.lastPSN() { // also mid-resend: the responder has it all
+			ss.finish(w, WCSuccess)
+		}
+		return true, false
+	case wire.AETHRNRNak:
+		ss.rnrNAK(s, w, syn, psn, now)
+		return progress, true
+	case wire.AETHNak:
+		if syn != wire.NakPSNSeqError {
+			ss.remoteNAK(w, syn)
+		} else if ss.seqNAK(s, w, psn, now, progress) {
+			return false, false // the resend is not progress
+		}
+	}
+	return progress, false
+}
+
+// rnrNAK waits out an RNR NAK for psn, or with the RNR retries used up
+// (rnr_retry 7 means for ever) fails w.
+func (ss *sendSide) rnrNAK(s *qpSnap, w *swqe, syn uint8, psn wire.PSN, now time.Time) {
+	q := ss.q
+	q.inc(RcvdRNRErr)
+	if s.attr.RNRRetry != 7 {
+		if ss.rnrLeft == 0 {
+			q.inc(RetryRNRExceededErr)
+			ss.finish(w, WCRNRRetryExcErr)
+			return
+		}
+		ss.rnrLeft--
+	}
+	ss.timerRNRWait(now, RNRTimer(wire.SyndromeValue(syn)), psn)
+}
+
+// seqNAK resends from psn after a PSN sequence error NAK, or with the
+// retries used up fails w; advanced (the response made forward progress)
+// resets the retry count first. true: a resend started.
+func (ss *sendSide) seqNAK(s *qpSnap, w *swqe, psn wire.PSN, now time.Time, advanced bool) bool {
+	q := ss.q
+	q.inc(RcvdSeqErr)
+	if !ss.rnrWake.IsZero() || (ss.inRetry && ss.retryFrom == psn) {
+		return false // already waiting out an RNR, or already resending from there
+	}
+	if advanced {
+		ss.retryLeft = s.attr.RetryCnt // forward progress resets the count
+	}
+	if ss.retryLeft == 0 {
+		q.inc(RetryExceededErr)
+		ss.finish(w, WCRetryExcErr)
+		return false
+	}
+	ss.retryLeft--
+	q.inc(CompleterRetryErr)
+	ss.retry(psn)
+	ss.timerResponseRetry(s, now)
+	return true
+}
+
+// remoteNAK fails w with the completion status the NAK's syndrome names.
+func (ss *sendSide) remoteNAK(w *swqe, syn uint8) {
+	switch syn {
+	case wire.NakInvalidRequest:
+		ss.finish(w, WCRemInvReqErr)
+	case wire.NakRemoteAccess:
+		ss.finish(w, WCRemAccessErr)
+	default:
+		ss.finish(w, WCRemOpErr)
+	}
+}
+
+// atomicAck takes an ATOMIC ACKNOWLEDGE: the original value lands in the
+// WQE's buffer. true: progress.
+func (ss *sendSide) atomicAck(w *swqe, p *RxPacket, psn wire.PSN) bool {
+	if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd || psn != w.firstPSN {
+		ss.finish(w, WCBadRespErr)
+		return false
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], p.AtomicAckETH.Orig()) // host order, as rxe stores it
+	ss.scatter(w, 0, b[:])
+	ss.comp = psn.Add(1)
+	ss.finish(w, WCSuccess)
+	return true
 }
 
 // readResponse takes one RDMA READ response packet (also the zero-length
