@@ -174,8 +174,26 @@ const (
 )
 
 // checkModify validates a modify request as ib_modify_qp_is_ok does, plus
-// the value checks rxe_qp_chk_attr makes.
+// the value checks rxe_qp_chk_attr makes. It returns the state the QP
+// goes to.
 func checkModify(typ QPType, cur QPState, a *QPAttr, mask AttrMask) (QPState, error) {
+	next, err := checkTransition(typ, cur, a, mask)
+	if err != nil {
+		return cur, err
+	}
+	if err := checkLimits(a, mask); err != nil {
+		return cur, err
+	}
+	if err := checkIdentifiers(a, mask); err != nil {
+		return cur, err
+	}
+	return next, nil
+}
+
+// checkTransition checks the state change against the transition table:
+// cur_state, a valid transition, and the attributes it requires and allows
+// on this QP type.
+func checkTransition(typ QPType, cur QPState, a *QPAttr, mask AttrMask) (QPState, error) {
 	next := cur
 	if mask&AttrState != 0 {
 		next = a.State
@@ -202,44 +220,56 @@ func checkModify(typ QPType, cur QPState, a *QPAttr, mask AttrMask) (QPState, er
 	if extra := mask &^ (req | opt | AttrState); extra != 0 {
 		return cur, fmt.Errorf("%w: attributes %#x not allowed on %v %v → %v", ErrInvalid, uint32(extra), typ, cur, next)
 	}
+	return next, nil
+}
+
+// checkLimits checks the attributes a modify sets against the ranges IBA
+// and the device allow.
+func checkLimits(a *QPAttr, mask AttrMask) error {
 	if mask&AttrPathMTU != 0 && a.PathMTU.Bytes() == 0 {
-		return cur, fmt.Errorf("%w: path MTU %d", ErrInvalid, a.PathMTU)
+		return fmt.Errorf("%w: path MTU %d", ErrInvalid, a.PathMTU)
 	}
 	if mask&AttrMaxQPRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtomic {
-		return cur, fmt.Errorf("%w: max_rd_atomic %d > %d", ErrInvalid, a.MaxRdAtomic, MaxRdAtomic)
+		return fmt.Errorf("%w: max_rd_atomic %d > %d", ErrInvalid, a.MaxRdAtomic, MaxRdAtomic)
 	}
 	if mask&AttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtomic {
-		return cur, fmt.Errorf("%w: max_dest_rd_atomic %d > %d", ErrInvalid, a.MaxDestRdAtomic, MaxRdAtomic)
+		return fmt.Errorf("%w: max_dest_rd_atomic %d > %d", ErrInvalid, a.MaxDestRdAtomic, MaxRdAtomic)
 	}
 	if mask&AttrRetryCnt != 0 && a.RetryCnt > 7 {
-		return cur, fmt.Errorf("%w: retry_cnt %d > 7", ErrInvalid, a.RetryCnt)
+		return fmt.Errorf("%w: retry_cnt %d > 7", ErrInvalid, a.RetryCnt)
 	}
 	if mask&AttrRNRRetry != 0 && a.RNRRetry > 7 {
-		return cur, fmt.Errorf("%w: rnr_retry %d > 7", ErrInvalid, a.RNRRetry)
+		return fmt.Errorf("%w: rnr_retry %d > 7", ErrInvalid, a.RNRRetry)
 	}
 	if mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
-		return cur, fmt.Errorf("%w: min_rnr_timer %d > 31", ErrInvalid, a.MinRNRTimer)
+		return fmt.Errorf("%w: min_rnr_timer %d > 31", ErrInvalid, a.MinRNRTimer)
 	}
 	if mask&AttrTimeout != 0 && a.Timeout > 31 {
-		return cur, fmt.Errorf("%w: timeout %d > 31", ErrInvalid, a.Timeout)
+		return fmt.Errorf("%w: timeout %d > 31", ErrInvalid, a.Timeout)
 	}
+	return nil
+}
+
+// checkIdentifiers checks the P_Key index, port, PSNs, destination QPN and
+// access flags a modify sets.
+func checkIdentifiers(a *QPAttr, mask AttrMask) error {
 	if mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0 {
-		return cur, fmt.Errorf("%w: pkey_index %d (the P_Key table has one entry)", ErrInvalid, a.PKeyIndex)
+		return fmt.Errorf("%w: pkey_index %d (the P_Key table has one entry)", ErrInvalid, a.PKeyIndex)
 	}
 	if mask&AttrPort != 0 && a.Port != 1 {
-		return cur, fmt.Errorf("%w: port %d (the device has port 1)", ErrInvalid, a.Port)
+		return fmt.Errorf("%w: port %d (the device has port 1)", ErrInvalid, a.Port)
 	}
 	if mask&(AttrRQPSN) != 0 && a.RQPSN > wire.PSNMask {
-		return cur, fmt.Errorf("%w: rq_psn %#x is not 24 bits", ErrInvalid, a.RQPSN)
+		return fmt.Errorf("%w: rq_psn %#x is not 24 bits", ErrInvalid, a.RQPSN)
 	}
 	if mask&(AttrSQPSN) != 0 && a.SQPSN > wire.PSNMask {
-		return cur, fmt.Errorf("%w: sq_psn %#x is not 24 bits", ErrInvalid, a.SQPSN)
+		return fmt.Errorf("%w: sq_psn %#x is not 24 bits", ErrInvalid, a.SQPSN)
 	}
 	if mask&AttrDestQPN != 0 && (a.DestQPN > wire.QPNMask || a.DestQPN == 0) {
-		return cur, fmt.Errorf("%w: dest_qp_num %#x", ErrInvalid, a.DestQPN)
+		return fmt.Errorf("%w: dest_qp_num %#x", ErrInvalid, a.DestQPN)
 	}
 	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(mem.LocalWrite|mem.RemoteWrite|mem.RemoteRead|mem.RemoteAtomic|mem.MWBind|mem.FlushGlobal|mem.FlushPersistent) != 0 {
-		return cur, fmt.Errorf("%w: qp_access_flags %#x", ErrInvalid, uint32(a.AccessFlags))
+		return fmt.Errorf("%w: qp_access_flags %#x", ErrInvalid, uint32(a.AccessFlags))
 	}
-	return next, nil
+	return nil
 }

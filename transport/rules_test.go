@@ -418,43 +418,6 @@ func TestMRChangedUnderUnackedWQEIsCounted(t *testing.T) {
 	}
 }
 
-// UC: no ACKs; a lost packet drops the rest of its message, and the next
-// FIRST/ONLY starts over in the same receive WQE.
-func TestUCDropsMessageWithGapAndResyncsOnNextFirst(t *testing.T) {
-	p := newPair(t, 11, tt.Options{Type: transport.QPTypeUC})
-	src := p.buf(t, p.a, 8192, 0x1000)
-	dst := p.buf(t, p.b, 8192, 0x2000)
-	fill(src.Bytes, 5)
-	fromB := 0
-	p.net.Tap = func(f *tt.Frame) {
-		if f.From == p.b.Node {
-			fromB++
-		}
-	}
-	dropped := false
-	p.net.Faults.Drop = func(f *tt.Frame) bool {
-		if !dropped && f.Pkt.BTH.Opcode() == wire.UCSendMiddle {
-			dropped = true
-			return true
-		}
-		return false
-	}
-	postRecv(t, p.b, 1, dst.SGE(0, 8192))
-	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 3000)}})
-	post(t, p.a, transport.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(100, 2500)}})
-	p.waitWC(t, p.a.SendCQ, 1)
-	wcs := p.waitWC(t, p.b.RecvCQ, 1)
-	if wcs[0].Status != transport.WCSuccess || wcs[0].ByteLen != 2500 || wcs[0].WRID != 1 {
-		t.Fatalf("receive %+v, want the second message in WQE 1", wcs[0])
-	}
-	if !bytes.Equal(dst.Bytes[:2500], src.Bytes[100:2600]) {
-		t.Fatal("data differs")
-	}
-	if fromB != 0 {
-		t.Errorf("UC responder sent %d packets", fromB)
-	}
-}
-
 // UD: the receive buffer starts with the 40-byte GRH (IPv4: 20 zero bytes
 // then the IPv4 header); a wrong Q_Key is dropped; a message over the MTU
 // fails LOC_LEN_ERR and the QP goes to SQE.

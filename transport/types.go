@@ -101,6 +101,30 @@ func (o WROpcode) String() string {
 	return "WROpcode(?)"
 }
 
+// OpcodeAllowed reports whether a QP of type t accepts work requests of
+// opcode o, as kernel rxe's post_send does (rxe_opcode.c's wr_opcode_info
+// masks): RC every opcode, UC no READ, atomics or FLUSH, UD and GSI only
+// SEND and SEND with immediate. It is the one definition the engine, the
+// daemon's ring decoder and the client SDK share.
+func OpcodeAllowed(t QPType, o WROpcode) bool {
+	switch t {
+	case QPTypeRC:
+		switch o {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead, WRAtomicCmpAndSwp,
+			WRAtomicFetchAdd, WRLocalInv, WRBindMW, WRSendWithInv, WRRegMR, WRFlush, WRAtomicWrite:
+			return true
+		}
+	case QPTypeUC:
+		switch o {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW, WRRegMR:
+			return true
+		}
+	case QPTypeUD, QPTypeGSI:
+		return o == WRSend || o == WRSendWithImm
+	}
+	return false
+}
+
 // local reports whether the opcode is executed by the send queue itself
 // without going on the wire.
 func (o WROpcode) local() bool { return o == WRLocalInv || o == WRRegMR || o == WRBindMW }

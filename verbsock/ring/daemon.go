@@ -239,11 +239,9 @@ func DecodeSQE(b []byte, wr *transport.SendWR, sgl []transport.SGE, inline []byt
 	if wr.Flags&^validSendFlags != 0 {
 		return fault(transport.WCLocQPOpErr)
 	}
-	switch wr.Opcode {
-	case transport.WRRDMAWrite, transport.WRRDMAWriteWithImm, transport.WRSend, transport.WRSendWithImm,
-		transport.WRRDMARead, transport.WRAtomicCmpAndSwp, transport.WRAtomicFetchAdd, transport.WRLocalInv,
-		transport.WRBindMW, transport.WRSendWithInv, transport.WRFlush, transport.WRAtomicWrite, transport.WRRegMR:
-	default:
+	// The ring does not know the QP's type: an opcode no QP type allows (RC
+	// allows them all) is malformed; the engine checks the rest.
+	if !transport.OpcodeAllowed(transport.QPTypeRC, wr.Opcode) {
 		return fault(transport.WCLocQPOpErr)
 	}
 	wr.ImmData = le.Uint32(b[sqeImm:])

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
@@ -307,7 +308,7 @@ func (q *QP) encodeSend(wr *SendWR) error {
 	if uint32(len(wr.SGL)) > c.MaxSendSGE {
 		return verr(op, syscall.EINVAL, "%d SGEs, max_send_sge is %d", len(wr.SGL), c.MaxSendSGE)
 	}
-	if !opAllowed(q.attr.Type, wr.Opcode) {
+	if !transport.OpcodeAllowed(q.attr.Type, wr.Opcode) {
 		return verr(op, syscall.EINVAL, "%v on a %v QP", wr.Opcode, q.attr.Type)
 	}
 	e := ring.SQE{WRID: wr.ID, Flags: wr.Flags, Opcode: wr.Opcode, SGL: wr.SGL, ImmData: wr.ImmData, RKey: wr.RKey,
@@ -385,25 +386,6 @@ func (q *QP) encodeSend(wr *SendWR) error {
 		after()
 	}
 	return nil
-}
-
-func opAllowed(t QPType, o WROpcode) bool {
-	switch t {
-	case QPTypeRC:
-		switch o {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd,
-			WRLocalInv, WRBindMW, WRSendWithInv, WRRegMR, WRFlush, WRAtomicWrite:
-			return true
-		}
-	case QPTypeUC:
-		switch o {
-		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRLocalInv, WRBindMW, WRRegMR:
-			return true
-		}
-	case QPTypeUD:
-		return o == WRSend || o == WRSendWithImm
-	}
-	return false
 }
 
 // PostRecv posts receive work requests (ibv_post_recv). With
