@@ -227,7 +227,7 @@ func (rs *recvSide) doRead(s *qpSnap, p *RxPacket, psn wire.PSN) {
 	res.va, res.rkey, res.length = va, rkey, uint32(l)
 	rs.nextMSN()
 	rs.psn = psn.Add(npkts)
-	rs.respQ = append(rs.respQ, respItem{stream: true, ref: ref, hasRef: l > 0, psn: psn, last: res.last,
+	rs.queue(respItem{stream: true, ref: ref, hasRef: l > 0, psn: psn, last: res.last,
 		first: true, length: l, msn: rs.msn})
 }
 
@@ -334,7 +334,7 @@ func (rs *recvSide) duplicate(s *qpSnap, p *RxPacket, psn wire.PSN) {
 			}
 			ref = rr
 		}
-		rs.respQ = append(rs.respQ, respItem{stream: true, ref: ref, hasRef: l > 0, psn: psn, last: r.last,
+		rs.queue(respItem{stream: true, ref: ref, hasRef: l > 0, psn: psn, last: r.last,
 			first: true, length: l, msn: rs.msn})
 	case info.Has(wire.FlagAtomic):
 		r := rs.findRes(psn)

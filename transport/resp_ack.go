@@ -32,26 +32,45 @@ func (rs *recvSide) ackFields(op wire.Opcode, psn wire.PSN, s *qpSnap) wire.Pack
 }
 
 // queueAck queues an ACKNOWLEDGE with syndrome syn (ACK, RNR NAK or NAK).
+// A plain ACK waits as the pending one, replacing the one before it.
 func (rs *recvSide) queueAck(syn uint8, psn wire.PSN, s *qpSnap) {
 	f := rs.ackFields(wire.RCAcknowledge, psn, s)
 	f.AETH = wire.AETHFields{Syndrome: syn, MSN: rs.msn}
+	if syn == wire.AETHAck|wire.AETHInvalidCredits {
+		rs.ack, rs.ackPending = f, true
+		return
+	}
 	if wire.SyndromeType(syn) != wire.AETHAck {
 		rs.q.inc(NAKsSent)
 	}
-	rs.respQ = append(rs.respQ, respItem{f: f})
+	rs.queue(respItem{f: f})
+}
+
+// queue appends a response behind the pending ACK, if any.
+func (rs *recvSide) queue(it respItem) {
+	rs.queuePendingAck()
+	rs.respQ = append(rs.respQ, it)
+}
+
+// queuePendingAck moves the pending ACK into the response queue.
+func (rs *recvSide) queuePendingAck() {
+	if rs.ackPending {
+		rs.ackPending = false
+		rs.respQ = append(rs.respQ, respItem{f: rs.ack})
+	}
 }
 
 func (rs *recvSide) queueAtomicAck(psn wire.PSN, orig uint64, s *qpSnap) {
 	f := rs.ackFields(wire.RCAtomicAcknowledge, psn, s)
 	f.AETH = wire.AETHFields{Syndrome: wire.AETHAck | wire.AETHInvalidCredits, MSN: rs.msn}
 	f.AtomicAckETH = orig
-	rs.respQ = append(rs.respQ, respItem{f: f})
+	rs.queue(respItem{f: f})
 }
 
 func (rs *recvSide) queueEmptyReadResponse(psn wire.PSN, s *qpSnap) {
 	f := rs.ackFields(wire.RCRDMAReadResponseOnly, psn, s)
 	f.AETH = wire.AETHFields{Syndrome: wire.AETHAck | wire.AETHInvalidCredits, MSN: rs.msn}
-	rs.respQ = append(rs.respQ, respItem{f: f})
+	rs.queue(respItem{f: f})
 }
 
 // pump sends queued responses in order, up to maxRespPackets.

@@ -51,8 +51,15 @@ type recvSide struct {
 	resNext int
 
 	respQ []respItem
-	tx    []TxPacket
-	wc    WC
+	// ack is a plain ACK not queued yet (ackPending): the ACKs a batch of
+	// requests earns coalesce into the last one, which acknowledges every
+	// request up to its PSN (IBA 9.7.5.1.1; kernel rxe's completer takes
+	// it so). It goes out at the owner's RunRecv after the batch, or ahead
+	// of any other response, so responses never overtake it.
+	ack        wire.PacketFields
+	ackPending bool
+	tx         []TxPacket
+	wc         WC
 }
 
 func (rs *recvSide) init(q *QP) {
@@ -108,6 +115,7 @@ func (rs *recvSide) reset(keepRQ bool) {
 		}
 	}
 	rs.respQ = rs.respQ[:0]
+	rs.ackPending = false
 	if !keepRQ {
 		rs.rqHead, rs.rqTail = 0, 0
 	}
@@ -223,6 +231,7 @@ func (q *QP) RunRecv() bool {
 		rs.flush()
 		return false
 	}
+	rs.queuePendingAck()
 	rs.pump(s)
 	rs.flushTx()
 	q.pubRecvPSN.Store(uint32(rs.psn))

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -671,5 +672,56 @@ func TestGSIUsesTheWellKnownQKey(t *testing.T) {
 	}
 	if err := p.a.QP.Modify(&transport.QPAttr{State: transport.StateRTS, QKey: 0x1111}, transport.AttrState|transport.AttrQKey); !errors.Is(err, transport.ErrInvalid) {
 		t.Errorf("setting QP1's Q_Key to 0x1111: %v, want EINVAL", err)
+	}
+}
+
+// IBA 9.7.5.1.1: one ACK acknowledges every request up to its PSN. The
+// responder answers a batch of requests it took in one owner pass with one
+// ACK, for the last PSN and the MSN of every message completed; a READ in
+// the batch gets its response behind the ACK of what came before it.
+func TestAcksOfABatchCoalesce(t *testing.T) {
+	for _, withRead := range []bool{false, true} {
+		p := newPair(t, 21, tt.Options{PSN: [2]uint32{0x100, 0x100}})
+		src := p.buf(t, p.a, 4096, 0x1000)
+		dst := p.buf(t, p.b, 8192, 0x2000)
+		const n = 8
+		for i := range n {
+			postRecv(t, p.b, uint64(i), dst.SGE(i*64, 64))
+			op := transport.WRSend
+			wr := transport.SendWR{ID: uint64(i), Opcode: op, Flags: transport.SendSignaled, SGL: []transport.SGE{src.SGE(0, 16)}}
+			if withRead && i == n/2 {
+				wr = transport.SendWR{ID: uint64(i), Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+					SGL: []transport.SGE{src.SGE(64, 32)}, RemoteAddr: dst.Addr + 4096, RKey: dst.RKey}
+			}
+			post(t, p.a, wr)
+		}
+		p.net.RunQPs() // a sends its n requests, each LAST/ONLY with AckReq
+		if got := p.net.InFlight(); got != n {
+			t.Fatalf("%d requests on the wire, want %d", got, n)
+		}
+		var out []string
+		p.net.Tap = func(f *tt.Frame) {
+			if f.Pkt.Op.Flags&wire.FlagRequest == 0 {
+				out = append(out, fmt.Sprintf("%s psn %#x msn %d", f.Pkt.Op.Name, f.Pkt.BTH.PSN(), f.Pkt.AETH.MSN()))
+			}
+		}
+		for range n { // one receive batch: every request before the owner runs
+			p.net.Step()
+		}
+		p.net.RunQPs()
+		for p.net.InFlight() > 0 {
+			p.net.Step()
+		}
+		want := []string{"RC_ACKNOWLEDGE psn 0x107 msn 8"}
+		if withRead {
+			want = []string{"RC_ACKNOWLEDGE psn 0x103 msn 4", "RC_RDMA_READ_RESPONSE_ONLY psn 0x104 msn 5",
+				"RC_ACKNOWLEDGE psn 0x107 msn 8"}
+		}
+		if fmt.Sprint(out) != fmt.Sprint(want) {
+			t.Errorf("read %v: responses %v, want %v", withRead, out, want)
+		}
+		if wcs := p.waitWC(t, p.a.SendCQ, n); len(wcs) != n {
+			t.Fatalf("%d completions", len(wcs))
+		}
 	}
 }
