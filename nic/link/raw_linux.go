@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/net/bpf"
@@ -29,8 +30,17 @@ type RawConfig struct {
 	Filter []bpf.RawInstruction
 	// BatchSize caps frames per Read and per sendmmsg; default 64.
 	BatchSize int
-	// RecvBuffer is SO_RCVBUF(FORCE) in bytes; default 4 MiB.
+	// RecvBuffer is SO_RCVBUF(FORCE) in bytes; default 4 MiB. Unused
+	// with a Ring (the ring is the receive buffer).
 	RecvBuffer int
+	// Ring, if non-nil, receives through a PACKET_MMAP TPACKET_V3 ring
+	// instead of recvmmsg: Read copies frames out of it, ReadRing hands
+	// them over in place. See RingConfig for its latency cost.
+	Ring *RingConfig
+	// QdiscBypass sets PACKET_QDISC_BYPASS: frames written skip the
+	// interface's queueing discipline (and with it tc, taps on egress
+	// and shaping) and go to the driver directly.
+	QdiscBypass bool
 }
 
 // Raw is a Link over an AF_PACKET socket bound to an existing interface. It
@@ -51,6 +61,10 @@ type Raw struct {
 	f       *os.File
 	rc      syscall.RawConn
 	closed  atomic.Bool
+
+	ring   *rxRing      // nil: recvmmsg
+	ringMu sync.RWMutex // readers hold it shared; Close unmaps under it
+	wake   atomic.Bool  // a Wake not yet seen by WaitReadable
 
 	rhdrs []unix.Mmsghdr // Read scratch (one reader at a time)
 	riovs []unix.Iovec
@@ -75,6 +89,13 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 	}
 	if cfg.RecvBuffer <= 0 {
 		cfg.RecvBuffer = 4 << 20
+	}
+	if cfg.Ring != nil {
+		rc := *cfg.Ring
+		if err := rc.setDefaults(ifi.MTU); err != nil {
+			return nil, fmt.Errorf("link: %s: %w", cfg.Interface, err)
+		}
+		cfg.Ring = &rc
 	}
 	// Protocol 0: the socket receives nothing until bind, so the filter
 	// is in place before the first frame is queued.
@@ -101,8 +122,22 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 			return fail("SO_ATTACH_FILTER", err)
 		}
 	}
+	if cfg.QdiscBypass {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+			return fail("PACKET_QDISC_BYPASS", err)
+		}
+	}
+	var ring *rxRing
+	if cfg.Ring != nil {
+		if ring, err = setupRing(fd, *cfg.Ring); err != nil {
+			return fail("ring", err)
+		}
+	}
 	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
 	if err := unix.Bind(fd, sll); err != nil {
+		if ring != nil {
+			ring.unmap()
+		}
 		return fail("bind", err)
 	}
 	r := &Raw{
@@ -111,6 +146,7 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		mac:     append(net.HardwareAddr(nil), ifi.HardwareAddr...),
 		mtu:     ifi.MTU,
 		batch:   cfg.BatchSize,
+		ring:    ring,
 		f:       os.NewFile(uintptr(fd), "packet:"+ifi.Name),
 		rhdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		riovs:   make([]unix.Iovec, cfg.BatchSize),
@@ -119,7 +155,7 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		wiovs:   make([]unix.Iovec, cfg.BatchSize),
 	}
 	if r.rc, err = r.f.SyscallConn(); err != nil {
-		r.f.Close()
+		r.Close()
 		return nil, err
 	}
 	return r, nil
@@ -148,12 +184,20 @@ func (r *Raw) Name() string                   { return r.name }
 // Ifindex is the interface's index.
 func (r *Raw) Ifindex() int { return r.ifindex }
 
-// Close closes the socket, interrupting a blocked Read.
+// Close closes the socket, interrupting a blocked Read or WaitReadable,
+// then unmaps the ring once no TryRead or ReadRing is running (so it must
+// not be called from a ReadRing callback).
 func (r *Raw) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	return r.f.Close()
+	err := r.f.Close()
+	if r.ring != nil {
+		r.ringMu.Lock()
+		r.ring.unmap()
+		r.ringMu.Unlock()
+	}
+	return err
 }
 
 func (r *Raw) fdErr(err error) error {
@@ -185,6 +229,9 @@ func fillMmsg(hdrs []unix.Mmsghdr, iovs []unix.Iovec, bufs [][]byte, offset int)
 // local sender over veth or a bridge: CHECKSUM_PARTIAL) get it finished, so
 // the stack can verify it and a capture shows the value the wire would.
 func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if r.ring != nil {
+		return r.readRing(bufs, sizes, offset)
+	}
 	if len(bufs) > r.batch {
 		bufs = bufs[:r.batch]
 	}
@@ -192,7 +239,13 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		return 0, nil
 	}
 	for {
-		n, err := r.recv(bufs, sizes, offset)
+		n, err := r.recv(bufs, sizes, offset, true)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A deadline WaitReadable or Wake left: Read blocks regardless.
+			if err = r.f.SetReadDeadline(time.Time{}); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -202,8 +255,9 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// recv is one recvmmsg, blocking on the netpoller until a frame is queued.
-func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
+// recv is one recvmmsg, blocking on the netpoller until a frame is queued
+// if block is set; otherwise it returns 0, nil when none is.
+func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
 	fillMmsg(r.rhdrs, r.riovs, bufs, offset)
 	for i := range bufs {
 		r.rhdrs[i].Hdr.Control = &r.rctl[i*auxSpace]
@@ -221,7 +275,7 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
 				return true
 			case unix.EINTR:
 			case unix.EAGAIN:
-				return false
+				return !block
 			default:
 				rerr = e
 				return true
@@ -239,6 +293,9 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	if err == nil {
 		err = rerr
+	}
+	if err == nil && !block {
+		return 0, nil
 	}
 	if err == nil {
 		err = errors.New("recvmmsg returned no frame")
