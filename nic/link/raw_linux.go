@@ -265,7 +265,7 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, err
 	}
 	n := 0
 	var rerr error
-	err := r.rc.Read(func(fd uintptr) bool {
+	once := func(fd uintptr) bool {
 		for {
 			m, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.rhdrs[0])),
 				uintptr(len(bufs)), unix.MSG_DONTWAIT, 0, 0)
@@ -275,13 +275,21 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, err
 				return true
 			case unix.EINTR:
 			case unix.EAGAIN:
-				return !block
+				return false
 			default:
 				rerr = e
 				return true
 			}
 		}
-	})
+	}
+	var err error
+	if block {
+		err = r.rc.Read(once)
+	} else {
+		// Control, not Read: a try ignores the read deadline WaitReadable
+		// or Wake may have left behind.
+		err = r.rc.Control(func(fd uintptr) { once(fd) })
+	}
 	for i := range n {
 		sizes[i] = int(r.rhdrs[i].Len)
 	}

@@ -390,3 +390,53 @@ func testFanout(t *testing.T, ring bool) {
 		}
 	}
 }
+
+// TestRawPollerRecvmmsg: the Poller methods on the recvmmsg path. A
+// WaitReadable that timed out leaves TryRead and Read working.
+func TestRawPollerRecvmmsg(t *testing.T) {
+	linktest.RequireRoot(t)
+	var rx *link.Raw
+	tx, ma, mb := rawPair(t, func(ifname string) (err error) {
+		rx, err = link.OpenRaw(link.RawConfig{Interface: ifname, Filter: link.RoCEFilter()})
+		return err
+	})
+	defer rx.Close()
+	bufs, sizes := [][]byte{make([]byte, 1514)}, []int{0}
+	if ok, err := rx.WaitReadable(10 * time.Millisecond); ok || err != nil {
+		t.Fatalf("WaitReadable with nothing queued = %v, %v", ok, err)
+	}
+	if n, err := rx.TryRead(bufs, sizes, 0); n != 0 || err != nil {
+		t.Fatalf("TryRead with nothing queued = %d, %v", n, err)
+	}
+	f1 := addressed(rocePacket(false, 5, 3, 1, 10), mb, ma)
+	f2 := addressed(rocePacket(false, 5, 3, 2, 10), mb, ma)
+	if _, err := tx.Write([][]byte{f1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := rx.WaitReadable(5 * time.Second); !ok || err != nil {
+		t.Fatalf("WaitReadable with a frame queued = %v, %v", ok, err)
+	}
+	if n, err := rx.TryRead(bufs, sizes, 0); n != 1 || err != nil || !bytes.Equal(bufs[0][:sizes[0]], f1) {
+		t.Fatalf("TryRead = %d, %v", n, err)
+	}
+	rx.Wake() // leaves a deadline in the past behind
+	if _, err := tx.Write([][]byte{f2}, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		n, err := rx.Read(bufs, sizes, 0)
+		if err == nil && (n != 1 || !bytes.Equal(bufs[0][:sizes[0]], f2)) {
+			err = errors.New("read another frame")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Read after Wake: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read after Wake blocked")
+	}
+}
