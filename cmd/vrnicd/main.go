@@ -93,6 +93,8 @@ Options:
   --log-format FORMAT  text or json (default text)
   --pcap FILE          write every RoCEv2 frame sent and received to FILE
                        (pcap, opens in Wireshark)
+  --cpuprofile FILE    write a CPU profile (go tool pprof) to FILE, from
+                       start until the daemon stops (SIGTERM or SIGINT)
   --version            print the version and exit
   --help               print this help and exit
 
@@ -128,6 +130,7 @@ func (f *intFlag) Set(s string) error {
 type options struct {
 	help, version bool
 	config        string
+	cpuprofile    string    // --cpuprofile: runtime/pprof CPU profile, written at exit
 	flags         rawConfig // only the flags that were given
 	fs            *flag.FlagSet
 }
@@ -157,6 +160,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&level, "log-level", "", "")
 	fs.StringVar(&format, "log-format", "", "")
 	fs.StringVar(&pcap, "pcap", "", "")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			o.help = true
@@ -256,6 +260,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := o.load()
 	if err != nil {
 		return fail(stderr, err)
+	}
+	if o.cpuprofile != "" {
+		stop, err := startCPUProfile(o.cpuprofile)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		defer stop()
 	}
 	d, err := start(o, cfg, stderr)
 	if err != nil {
