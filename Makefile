@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 20000x
 PKGS      := ./...
 
-.PHONY: all demo binaries build test check vet fmt unit long fuzz bench clean interop
+.PHONY: all demo binaries build test check vet fmt unit long fuzz bench clean interop perf
 
 all: build
 
@@ -18,6 +18,14 @@ binaries:
 # WRITE bandwidth run between them (root).
 demo: binaries
 	./scripts/demo.sh
+
+# perf: the link's capacity for vrnicd's frames (vrnic-linkbench), then
+# vrnic-perf between two daemons in network namespaces (raw mode at MTU
+# 9000 and 1500, 1 % loss, TAP mode), one table of each figure beside the
+# link's (root; a few minutes). Figures are printed, never judged.
+perf:
+	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnic-perf ./cmd/vrnic-linkbench
+	./scripts/perf.sh
 
 # test: formatting, vet, then every test under the race detector. Tests that
 # need root (network namespaces, TAP) skip with a message when not root.
