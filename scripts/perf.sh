@@ -89,8 +89,10 @@ set_mtu() {
 # R[KEY.mpps], R[KEY.gbps] (payload bits), R[KEY.frame].
 lb_bw() {
 	local key=$1 op=$2 p=$3 out
-	out=$(timeout 120 "$BIN/vrnic-linkbench" bw --tx "$A:vpA" --rx "$B:vpB" --op "$op" -p "$p" \
-		-D "$LB_D" -n "$LB_N" | tee /dev/stderr | grep '^RESULT') || { echo "perf: linkbench bw failed" >&2; return 0; }
+	rm -f "$RUN/lb.txt"
+	timeout 120 "$BIN/vrnic-linkbench" bw --tx "$A:vpA" --rx "$B:vpB" --op "$op" -p "$p" \
+		-D "$LB_D" -n "$LB_N" 2>&1 | tee "$RUN/lb.txt" || true
+	out=$(grep '^RESULT' "$RUN/lb.txt") || { echo "perf: linkbench bw failed (figure left out)"; return 0; }
 	R[$key.mpps]=$(kv mpps "$out")
 	R[$key.gbps]=$(kv payload_gbps "$out")
 	R[$key.frame]=$(kv frame "$out")
@@ -99,8 +101,10 @@ lb_bw() {
 # lb_lat KEY OP PAYLOAD: the link's half round trip (median) in us.
 lb_lat() {
 	local key=$1 op=$2 p=$3 out
-	out=$(timeout 120 "$BIN/vrnic-linkbench" lat --a "$A:vpA" --b "$B:vpB" --op "$op" -p "$p" \
-		--iters "$LAT_ITERS" -n "$LB_N" | tee /dev/stderr | grep '^RESULT') || { echo "perf: linkbench lat failed" >&2; return 0; }
+	rm -f "$RUN/lb.txt"
+	timeout 120 "$BIN/vrnic-linkbench" lat --a "$A:vpA" --b "$B:vpB" --op "$op" -p "$p" \
+		--iters "$LAT_ITERS" -n "$LB_N" 2>&1 | tee "$RUN/lb.txt" || true
+	out=$(grep '^RESULT' "$RUN/lb.txt") || { echo "perf: linkbench lat failed (figure left out)"; return 0; }
 	R[$key.us]=$(kv median_us "$out")
 	R[$key.frame]=$(kv frame "$out")
 }
