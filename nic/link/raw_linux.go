@@ -62,7 +62,7 @@ type Raw struct {
 	rc      syscall.RawConn
 	closed  atomic.Bool
 
-	ring   *rxRing      // nil: recvmmsg
+	ring   rxRing       // nil: recvmmsg
 	ringMu sync.RWMutex // readers hold it shared; Close unmaps under it
 	wake   atomic.Bool  // a Wake not yet seen by WaitReadable
 
@@ -127,9 +127,9 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 			return fail("PACKET_QDISC_BYPASS", err)
 		}
 	}
-	var ring *rxRing
+	var ring rxRing
 	if cfg.Ring != nil {
-		if ring, err = setupRing(fd, *cfg.Ring); err != nil {
+		if ring, err = setupRing(fd, *cfg.Ring, ifi.MTU); err != nil {
 			return fail("ring", err)
 		}
 	}
