@@ -85,25 +85,28 @@ set_mtu() {
 
 # --- the link -------------------------------------------------------------
 
-# lb_bw KEY OP PAYLOAD: the link's best receive rate for OP/PAYLOAD frames;
-# R[KEY.mpps], R[KEY.gbps] (payload bits), R[KEY.frame].
+# lb_bw KEY OP PAYLOAD [LINKBENCH-ARGS]: the link's best receive rate for
+# OP/PAYLOAD frames; R[KEY.mpps], R[KEY.gbps] (payload bits), R[KEY.frame].
 lb_bw() {
 	local key=$1 op=$2 p=$3 out
+	shift 3
 	rm -f "$RUN/lb.txt"
 	timeout 120 "$BIN/vrnic-linkbench" bw --tx "$A:vpA" --rx "$B:vpB" --op "$op" -p "$p" \
-		-D "$LB_D" -n "$LB_N" 2>&1 | tee "$RUN/lb.txt" || true
+		-D "$LB_D" -n "$LB_N" "$@" 2>&1 | tee "$RUN/lb.txt" || true
 	out=$(grep '^RESULT' "$RUN/lb.txt") || { echo "perf: linkbench bw failed (figure left out)"; return 0; }
 	R[$key.mpps]=$(kv mpps "$out")
 	R[$key.gbps]=$(kv payload_gbps "$out")
 	R[$key.frame]=$(kv frame "$out")
 }
 
-# lb_lat KEY OP PAYLOAD: the link's half round trip (median) in us.
+# lb_lat KEY OP PAYLOAD [LINKBENCH-ARGS]: the link's half round trip
+# (median) in us.
 lb_lat() {
 	local key=$1 op=$2 p=$3 out
+	shift 3
 	rm -f "$RUN/lb.txt"
 	timeout 120 "$BIN/vrnic-linkbench" lat --a "$A:vpA" --b "$B:vpB" --op "$op" -p "$p" \
-		--iters "$LAT_ITERS" -n "$LB_N" 2>&1 | tee "$RUN/lb.txt" || true
+		--iters "$LAT_ITERS" -n "$LB_N" "$@" 2>&1 | tee "$RUN/lb.txt" || true
 	out=$(grep '^RESULT' "$RUN/lb.txt") || { echo "perf: linkbench lat failed (figure left out)"; return 0; }
 	R[$key.us]=$(kv median_us "$out")
 	R[$key.frame]=$(kv frame "$out")
@@ -264,6 +267,12 @@ step "network: $A (vpA 192.0.2.1) <-veth MTU 9000-> $B (vpB 192.0.2.2); $(nproc)
 net_up
 
 link_9000 before
+step "link alone, MTU 9000: other receive paths (for the new datapath; not in the ratios)"
+lb_bw link.recvmmsg.wm4096 write_middle 4096 --rx-mode recvmmsg
+lb_bw link.v2.wm4096 write_middle 4096 --ring-version 2
+lb_bw link.fanout2.wm4096 write_middle 4096 --workers 2 -q 4
+lb_lat link.v2.wo8 write_only 8 --ring 2
+lb_lat link.spin.wo8 write_only 8 --spin
 
 step "raw-mode daemons, MTU 9000"
 start_raw mtu9000
@@ -343,6 +352,11 @@ printf '%-34s %12s %-8s %12s\n' "4096 B WRITE MIDDLE frames" "${R[link.before.wm
 printf '%-34s %12s %-8s %12s\n' "64 B SEND ONLY frames" "${R[link.before.so64.mpps]:--}" "Mpps" "${R[link.after.so64.mpps]:--}"
 printf '%-34s %12s %-8s %12s\n' "8 B WRITE ONLY half round trip" "${R[link.before.wo8.us]:--}" "us" "${R[link.after.wo8.us]:--}"
 printf '%-34s %12s %-8s %12s\n' "8 B SEND ONLY half round trip" "${R[link.before.so8.us]:--}" "us" "${R[link.after.so8.us]:--}"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, recvmmsg rx" "${R[link.recvmmsg.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, TPACKET_V2 rx" "${R[link.v2.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, 2 fanout rx" "${R[link.fanout2.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "8 B WO half RTT, TPACKET_V2 rx" "${R[link.v2.wo8.us]:--}" "us"
+printf '%-34s %12s %-8s\n' "8 B WO half RTT, polling rx" "${R[link.spin.wo8.us]:--}" "us"
 echo "-- raw-mode daemons, MTU 9000"
 row "write_bw 64 KiB, 1 QP" "${R[raw.write_bw.q1]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
 row "write_bw 64 KiB, 4 QPs" "${R[raw.write_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"

@@ -24,6 +24,7 @@ type bwOpts struct {
 	bypass   bool // PACKET_QDISC_BYPASS on the sender
 	rxRing   bool // receive with the TPACKET_V3 ring (else recvmmsg)
 	ring     link.RingConfig
+	workers  int // receiving links in a fanout group steering by DestQP
 	progress io.Writer
 }
 
@@ -44,7 +45,7 @@ type rxSide struct {
 // runBW opens a sender on o.tx and a receiver on o.rx, streams frames for
 // o.samples × o.dur after a warm-up, and returns each sample's figures.
 func runBW(o bwOpts) ([]bwSample, error) {
-	var tx, rx *link.Raw
+	var tx *link.Raw
 	var guards []int
 	err := o.tx.do(func() (err error) {
 		tx, err = link.OpenRaw(link.RawConfig{Interface: o.tx.iface, BatchSize: o.batch, QdiscBypass: o.bypass,
@@ -55,22 +56,35 @@ func runBW(o bwOpts) ([]bwSample, error) {
 		return nil, err
 	}
 	defer tx.Close()
+	var rxs []*link.Raw
 	err = o.rx.do(func() (err error) {
 		cfg := link.RawConfig{Interface: o.rx.iface, Filter: link.RoCEFilter(), BatchSize: 64}
 		if o.rxRing {
 			cfg.Ring = &o.ring
 		}
-		if rx, err = link.OpenRaw(cfg); err != nil {
+		if o.workers > 1 {
+			rxs, err = link.OpenRawFanout(cfg, o.workers)
+		} else {
+			var l *link.Raw
+			l, err = link.OpenRaw(cfg)
+			rxs = []*link.Raw{l}
+		}
+		if err != nil {
 			return err
 		}
 		guards, err = openGuards(o.rx.iface)
 		return err
 	})
+	for _, l := range rxs {
+		if l != nil {
+			defer l.Close()
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer rx.Close()
 	defer closeGuards(guards)
+	rx := rxs[0]
 	if tx.MTU() < frameLen(o.shape, o.payload, o.v6)-ethLen {
 		return nil, fmt.Errorf("%s frames do not fit %s's MTU %d", describe(o.shape, o.payload, o.v6), o.tx, tx.MTU())
 	}
@@ -83,13 +97,18 @@ func runBW(o bwOpts) ([]bwSample, error) {
 	var sent atomic.Uint64
 	var rs rxSide
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	wg.Add(2)
-	go func() { defer wg.Done(); errc <- receive(rx, o.rxRing, &rs, &stop) }()
+	errc := make(chan error, 1+len(rxs))
+	for _, l := range rxs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- receive(l, o.rxRing, &rs, &stop) }()
+	}
+	wg.Add(1)
 	go func() { defer wg.Done(); errc <- transmit(tx, frames, &sent, &stop) }()
 	finish := func() error {
 		stop.Store(true)
-		rx.Wake()
+		for _, l := range rxs {
+			l.Wake()
+		}
 		wg.Wait()
 		close(errc)
 		for err := range errc {

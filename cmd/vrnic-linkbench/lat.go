@@ -19,7 +19,7 @@ type latOpts struct {
 	iters    int // round trips per sample
 	samples  int
 	spin     bool          // poll with TryRead instead of sleeping in WaitReadable
-	ring     bool          // receive with the TPACKET_V3 ring
+	ring     int           // receive with a TPACKET_V2 or V3 ring; 0: recvmmsg
 	timeout  time.Duration // a round trip slower than this counts as lost
 	progress io.Writer
 }
@@ -37,8 +37,8 @@ func runLat(o latOpts) ([]latSample, error) {
 	open := func(e endpoint) (l *link.Raw, guards []int, err error) {
 		err = e.do(func() (err error) {
 			cfg := link.RawConfig{Interface: e.iface, Filter: link.RoCEFilter(), BatchSize: 8}
-			if o.ring {
-				cfg.Ring = &link.RingConfig{}
+			if o.ring != 0 {
+				cfg.Ring = &link.RingConfig{Version: o.ring}
 			}
 			if l, err = link.OpenRaw(cfg); err != nil {
 				return err

@@ -107,6 +107,8 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 	rxMode := fs.String("rx-mode", "ring", "receive path: ring (TPACKET_V3, in place) or recvmmsg (today's daemon's)")
 	blk := fs.Int("block", 1<<20, "ring block size in bytes")
 	blocks := fs.Int("blocks", 64, "ring blocks")
+	version := fs.Int("ring-version", 3, "ring: 3 (TPACKET_V3) or 2 (TPACKET_V2)")
+	workers := fs.Int("workers", 1, "receiving sockets in a PACKET_FANOUT group steering by DestQP (use -q to spread QPs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,7 +118,7 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 	}
 	o := bwOpts{shape: s, payload: *payload, v6: *v6, dur: time.Duration(dur), warm: 300 * time.Millisecond,
 		samples: *samples, batch: *batch, qps: *qps, bypass: *bypass, rxRing: *rxMode == "ring",
-		ring: link.RingConfig{BlockSize: *blk, BlockCount: *blocks}, progress: stdout}
+		ring: link.RingConfig{Version: *version, BlockSize: *blk, BlockCount: *blocks}, workers: *workers, progress: stdout}
 	switch {
 	case *rxMode != "ring" && *rxMode != "recvmmsg":
 		return fmt.Errorf("--rx-mode %q: want ring or recvmmsg", *rxMode)
@@ -126,6 +128,8 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 		return fmt.Errorf("-D %v out of range (0, %v]", time.Duration(dur), maxDuration)
 	case *batch < 1 || *batch > maxBatch:
 		return fmt.Errorf("-b %d out of range 1..%d", *batch, maxBatch)
+	case *workers < 1 || *workers > link.MaxFanout:
+		return fmt.Errorf("--workers %d out of range 1..%d", *workers, link.MaxFanout)
 	case *qps < 1 || *qps > *batch:
 		return fmt.Errorf("-q %d out of range 1..%d (-b)", *qps, *batch)
 	}
@@ -135,8 +139,15 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 	if o.rx, err = parseEndpoint(*rx); err != nil {
 		return fmt.Errorf("--rx: %w", err)
 	}
+	how := *rxMode
+	if o.rxRing {
+		how = fmt.Sprintf("TPACKET_V%d ring", *version)
+	}
+	if o.workers > 1 {
+		how += fmt.Sprintf(" on %d fanout sockets", o.workers)
+	}
 	fmt.Fprintf(stdout, "link bw %s -> %s: %s, sendmmsg of %d, receive by %s, %d × %v\n",
-		o.tx, o.rx, describe(s, o.payload, o.v6), o.batch, *rxMode, o.samples, o.dur)
+		o.tx, o.rx, describe(s, o.payload, o.v6), o.batch, how, o.samples, o.dur)
 	res, err := runBW(o)
 	if err != nil {
 		return err
@@ -153,7 +164,7 @@ func cmdLat(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool,
 	b := fs.String("b", "", "echoer NS:IFACE")
 	iters := fs.Int("iters", 5000, "round trips per sample")
 	spin := fs.Bool("spin", false, "poll without sleeping")
-	ring := fs.Bool("ring", false, "receive with the TPACKET_V3 ring (shows its retire-timeout latency)")
+	ring := fs.Int("ring", 0, "receive with a ring: 3 (TPACKET_V3: shows its retire-timeout latency) or 2 (TPACKET_V2); 0: recvmmsg")
 	timeout := fs.Duration("timeout", 200*time.Millisecond, "a round trip slower than this counts as lost")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -167,6 +178,8 @@ func cmdLat(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool,
 		return fmt.Errorf("-n %d out of range 1..%d", *samples, maxSamples)
 	case *iters < 1 || *iters > maxIters:
 		return fmt.Errorf("--iters %d out of range 1..%d", *iters, maxIters)
+	case *ring != 0 && *ring != 2 && *ring != 3:
+		return fmt.Errorf("--ring %d: want 0, 2 or 3", *ring)
 	case *timeout <= 0 || *timeout > time.Minute:
 		return fmt.Errorf("--timeout %v out of range (0, 1m]", *timeout)
 	}
