@@ -3,6 +3,8 @@ package link
 import (
 	"errors"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,36 +72,61 @@ func (r *Raw) readRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 
 // WaitReadable implements Poller. Readiness is the kernel's (the socket
 // on the Go netpoller, so the wait costs no thread): with a ring, a block
-// handed over; without, a frame queued.
+// (V3) or slot (V2) handed over; without, a frame queued.
 func (r *Raw) WaitReadable(timeout time.Duration) (bool, error) {
+	ok, err := waitReadable(r.f, r.rc, &r.wake, timeout, r.readable)
+	if err != nil {
+		return false, r.fdErr(err)
+	}
+	return ok, nil
+}
+
+// waitReadable is WaitReadable for a file on the netpoller: readable is
+// checked after arming (so nothing is missed between a last try and the
+// sleep), wake is the flag Wake sets before moving the deadline.
+func waitReadable(f *os.File, rc syscall.RawConn, wake *atomic.Bool, timeout time.Duration, readable func() bool) (bool, error) {
 	if timeout == 0 {
-		return r.readable(), nil
+		return readable(), nil
 	}
 	var dl time.Time
 	if timeout > 0 {
 		dl = time.Now().Add(timeout)
 	}
-	if err := r.f.SetReadDeadline(dl); err != nil {
-		return false, r.fdErr(err)
+	if err := f.SetReadDeadline(dl); err != nil {
+		return false, err
 	}
 	// The flag is checked after the deadline is set: a Wake that comes
 	// later moves the deadline to the past, one that came before is seen.
-	if r.wake.Swap(false) {
+	if wake.Swap(false) {
 		return false, nil
 	}
 	ready := false
-	err := r.rc.Read(func(uintptr) bool {
-		ready = r.readable()
-		return ready || r.wake.Load()
+	err := rc.Read(func(uintptr) bool {
+		ready = readable()
+		return ready || wake.Load()
 	})
-	r.wake.Store(false)
+	wake.Store(false)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return false, nil
 	}
-	if err != nil {
-		return false, r.fdErr(err)
-	}
-	return ready, nil
+	return ready, err
+}
+
+// wakeFile is Wake for a file on the netpoller.
+func wakeFile(f *os.File, wake *atomic.Bool) {
+	wake.Store(true)
+	_ = f.SetReadDeadline(time.Unix(1, 0))
+}
+
+// pollIn reports whether fd has input queued, without waiting.
+func pollIn(rc syscall.RawConn) bool {
+	ready := false
+	_ = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p, 0)
+		ready = err == nil && n > 0 && p[0].Revents&unix.POLLIN != 0
+	})
+	return ready
 }
 
 // readable reports whether a Read would find a frame now.
@@ -112,21 +139,12 @@ func (r *Raw) readable() bool {
 		defer r.ringMu.RUnlock()
 		return !r.closed.Load() && r.ring.ready()
 	}
-	ready := false
-	_ = r.rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p, 0)
-		ready = err == nil && n > 0 && p[0].Revents&unix.POLLIN != 0
-	})
-	return ready
+	return pollIn(r.rc)
 }
 
 // Wake implements Poller: it ends a WaitReadable in progress, or the next
 // one if none is, with (false, nil).
-func (r *Raw) Wake() {
-	r.wake.Store(true)
-	_ = r.f.SetReadDeadline(time.Unix(1, 0))
-}
+func (r *Raw) Wake() { wakeFile(r.f, &r.wake) }
 
 var (
 	_ Poller     = (*Raw)(nil)

@@ -517,3 +517,83 @@ func TestRawRingFinishesLocalSendersChecksums(t *testing.T) {
 		}
 	})
 }
+
+// TestTAPPoller: the Poller methods of a TAP. A frame the kernel sends on
+// the TAP (written here by an AF_PACKET socket on the kernel's side) makes
+// it readable; a Wake's deadline does not break a later Read.
+func TestTAPPoller(t *testing.T) {
+	linktest.RequireRoot(t)
+	ns := linktest.NewNS(t, "tpp")
+	name := linktest.UniqueName("tp")
+	var tap *link.TAP
+	var kside *link.Raw
+	if err := ns.Do(func() (err error) {
+		if tap, err = link.OpenTAP(link.TAPConfig{Name: name}); err != nil {
+			return err
+		}
+		kside, err = link.OpenRaw(link.RawConfig{Interface: name})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tap.Close()
+	defer kside.Close()
+	// Drain what the kernel sent by itself when the TAP came up.
+	bufs, sizes := make([][]byte, 8), make([]int, 8)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1514)
+	}
+	for n := 1; n > 0; {
+		var err error
+		if n, err = tap.TryRead(bufs, sizes, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := addressed(rocePacket(false, 5, 9, 42, 30), tap.HardwareAddr(), kside.HardwareAddr())
+	if _, err := kside.Write([][]byte{want}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := tap.WaitReadable(5 * time.Second); !ok || err != nil {
+		t.Fatalf("WaitReadable with a frame queued = %v, %v", ok, err)
+	}
+	found := false
+	for end := time.Now().Add(5 * time.Second); !found && time.Now().Before(end); {
+		n, err := tap.TryRead(bufs, sizes, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			found = found || bytes.Equal(bufs[i][:sizes[i]], want)
+		}
+		if n == 0 {
+			tap.WaitReadable(100 * time.Millisecond)
+		}
+	}
+	if !found {
+		t.Fatal("the frame sent on the TAP was not read")
+	}
+	tap.Wake()
+	if ok, err := tap.WaitReadable(-1); ok || err != nil {
+		t.Fatalf("WaitReadable after Wake = %v, %v; want false, nil at once", ok, err)
+	}
+	if _, err := kside.Write([][]byte{want}, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tap.Read(bufs, sizes, 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Read after Wake: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read after Wake blocked")
+	}
+	tap.Close()
+	if _, err := tap.WaitReadable(time.Second); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("WaitReadable after Close: %v", err)
+	}
+}
