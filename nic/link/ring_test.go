@@ -135,42 +135,41 @@ func testRingRead(t *testing.T, version int) {
 	}
 
 	// More frames than a block holds (so the reader crosses blocks and
-	// gives them back), of assorted sizes, sent in batches.
-	const total = 300
+	// gives them back), of assorted sizes, sent in batches of 10; the next
+	// batch goes once the last is read, so none can overrun the ring.
+	const total, batch = 300, 10
 	var sent [][]byte
 	for i := range total {
 		f := addressed(rocePacket(i%3 == 0, 5, uint32(i), uint32(i), (i*37)%1400), mb, ma)
 		sent = append(sent, f)
 	}
-	go func() {
-		for i := 0; i < total; i += 10 {
-			if _, err := tx.Write(sent[i:i+10], 0); err != nil {
-				t.Error(err)
-				return
-			}
-			time.Sleep(time.Millisecond) // do not overrun the 4 blocks
-		}
-	}()
+	// A blocking Read that would never return ends the test by Close.
+	watchdog := time.AfterFunc(20*time.Second, func() { rx.Close() })
+	defer watchdog.Stop()
 	got := 0
-	deadline := time.Now().Add(10 * time.Second)
-	for got < total && time.Now().Before(deadline) {
-		var n int
-		var err error
-		if got%2 == 0 {
-			n, err = rx.Read(bufs, sizes, 2)
-			for i := range n {
-				checkSent(t, sent, bufs[i][2:2+sizes[i]])
-			}
-		} else {
-			n, err = rx.ReadRing(5, func(f []byte) { checkSent(t, sent, f) })
-			if n == 0 && err == nil {
-				_, err = rx.WaitReadable(time.Second)
-			}
-		}
-		if err != nil {
+	for next := 0; next < total; next += batch {
+		if _, err := tx.Write(sent[next:next+batch], 0); err != nil {
 			t.Fatal(err)
 		}
-		got += n
+		for got < next+batch {
+			var n int
+			var err error
+			if got%2 == 0 {
+				n, err = rx.Read(bufs, sizes, 2)
+				for i := range n {
+					checkSent(t, sent, bufs[i][2:2+sizes[i]])
+				}
+			} else {
+				n, err = rx.ReadRing(5, func(f []byte) { checkSent(t, sent, f) })
+				if n == 0 && err == nil {
+					_, err = rx.WaitReadable(time.Second)
+				}
+			}
+			if err != nil {
+				t.Fatalf("after %d of %d frames: %v", got, total, err)
+			}
+			got += n
+		}
 	}
 	if got != total {
 		t.Fatalf("read %d frames, want %d", got, total)
