@@ -169,14 +169,14 @@ perf() {
 	srv=$!
 	others+=($srv)
 	sleep 0.3
-	if ! out=$(ip netns exec "$A" timeout 120 "$BIN/vrnic-perf" "$t" --socket "$RUN/a.sock" "$@" "$addr" 2>&1); then
-		echo "$out" | tail -3
+	if ! out=$(ip netns exec "$A" timeout 120 "$BIN/vrnic-perf" "$t" --socket "$RUN/a.sock" "$@" "$addr" 2>"$RUN/cli.err"); then
+		tail -3 "$RUN/cli.err"
 		echo "perf: vrnic-perf $t failed (figure left out)"
 		stop_pids "$srv"
 		return 0
 	fi
 	wait "$srv" 2>/dev/null || true
-	line=$(awk '/^ *#bytes/ { getline; print; exit }' <<<"$out")
+	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
 	echo "$line"
 	case $t in
 	*_bw)
