@@ -271,6 +271,8 @@ step "link alone, MTU 9000: other receive paths (for the new datapath; not in th
 lb_bw link.recvmmsg.wm4096 write_middle 4096 --rx-mode recvmmsg
 lb_bw link.v2.wm4096 write_middle 4096 --ring-version 2
 lb_bw link.fanout2.wm4096 write_middle 4096 --workers 2 -q 4
+lb_bw link.bypass.wm4096 write_middle 4096 --qdisc-bypass
+lb_bw link.bypass.so64 send_only 64 --qdisc-bypass
 lb_lat link.v2.wo8 write_only 8 --ring 2
 lb_lat link.spin.wo8 write_only 8 --spin
 
@@ -355,6 +357,8 @@ printf '%-34s %12s %-8s %12s\n' "8 B SEND ONLY half round trip" "${R[link.before
 printf '%-34s %12s %-8s\n' "4096 B WM payload, recvmmsg rx" "${R[link.recvmmsg.wm4096.gbps]:--}" "Gb/s"
 printf '%-34s %12s %-8s\n' "4096 B WM payload, TPACKET_V2 rx" "${R[link.v2.wm4096.gbps]:--}" "Gb/s"
 printf '%-34s %12s %-8s\n' "4096 B WM payload, 2 fanout rx" "${R[link.fanout2.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, qdisc bypass tx" "${R[link.bypass.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "64 B SEND ONLY, qdisc bypass tx" "${R[link.bypass.so64.mpps]:--}" "Mpps"
 printf '%-34s %12s %-8s\n' "8 B WO half RTT, TPACKET_V2 rx" "${R[link.v2.wo8.us]:--}" "us"
 printf '%-34s %12s %-8s\n' "8 B WO half RTT, polling rx" "${R[link.spin.wo8.us]:--}" "us"
 echo "-- raw-mode daemons, MTU 9000"

@@ -38,8 +38,11 @@ type RawConfig struct {
 	// them over in place. See RingConfig for its latency cost.
 	Ring *RingConfig
 	// QdiscBypass sets PACKET_QDISC_BYPASS: frames written skip the
-	// interface's queueing discipline (and with it tc, taps on egress
-	// and shaping) and go to the driver directly.
+	// interface's queueing discipline and the egress hooks in front of it
+	// (tc egress, nftables netdev egress: loss or shaping injected there
+	// does not apply) and go to the driver directly; packet taps still see
+	// them. On a veth (noqueue) it saves the qdisc layer's locking; see
+	// vrnic-linkbench bw --qdisc-bypass.
 	QdiscBypass bool
 }
 
