@@ -50,6 +50,9 @@
 //		}
 //	}
 //
+// SegmentWriter (Raw) sends frames gathered from several buffers, e.g.
+// headers, payload straight from a memory region, and ICRC, without copying.
+//
 // WaitReadable checks readiness after arming, so a frame that arrived
 // between the last TryRead and the sleep ends it at once; a Wake that came
 // before it is not lost either: it returns (false, nil) at once.

@@ -76,6 +76,7 @@ type Raw struct {
 	wmu   sync.Mutex // guards the Write scratch
 	whdrs []unix.Mmsghdr
 	wiovs []unix.Iovec
+	wsegs []unix.Iovec // WriteSegments' iovecs, BatchSize × MaxSegments
 }
 
 // OpenRaw opens an AF_PACKET socket on an existing, up interface.
@@ -412,37 +413,47 @@ func (r *Raw) Write(bufs [][]byte, offset int) (int, error) {
 	for done < len(bufs) {
 		chunk := bufs[done:min(len(bufs), done+r.batch)]
 		fillMmsg(r.whdrs, r.wiovs, chunk, offset)
-		sent := 0
-		var werr error
-		err := r.rc.Write(func(fd uintptr) bool {
-			for sent < len(chunk) {
-				m, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&r.whdrs[sent])),
-					uintptr(len(chunk)-sent), unix.MSG_DONTWAIT, 0, 0)
-				switch e {
-				case 0:
-					sent += int(m)
-				case unix.EINTR:
-				case unix.EAGAIN, unix.ENOBUFS:
-					return false
-				default:
-					werr = e
-					return true
-				}
-			}
-			return true
-		})
+		sent, err := r.sendmmsg(len(chunk))
 		for i := range chunk {
 			r.wiovs[i].Base = nil
 		}
 		done += sent
-		if err == nil {
-			err = werr
-		}
 		if err != nil {
-			return done, r.fdErr(err)
+			return done, err
 		}
 	}
 	return done, nil
+}
+
+// sendmmsg sends the n messages in r.whdrs, waiting on the netpoller while
+// the socket's send buffer is full; the caller holds wmu.
+func (r *Raw) sendmmsg(n int) (int, error) {
+	sent := 0
+	var werr error
+	err := r.rc.Write(func(fd uintptr) bool {
+		for sent < n {
+			m, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&r.whdrs[sent])),
+				uintptr(n-sent), unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case 0:
+				sent += int(m)
+			case unix.EINTR:
+			case unix.EAGAIN, unix.ENOBUFS:
+				return false
+			default:
+				werr = e
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return sent, r.fdErr(err)
+	}
+	return sent, nil
 }
 
 // RoCEFilter returns a classic BPF program that accepts untagged Ethernet
