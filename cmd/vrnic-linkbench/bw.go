@@ -136,7 +136,15 @@ func runBW(o bwOpts) ([]bwSample, error) {
 		fmt.Fprintf(o.progress, "  sample %d/%d: %.3f Mpps %.2f Gb/s received (sent %.3f Mpps, %.1f %% not received)\n",
 			i+1, o.samples, s.mpps, s.gbps, s.txMpps, s.lossPc)
 	}
-	return out, finish()
+	err = finish()
+	var drops, freezes uint64
+	for _, l := range rxs {
+		if st, serr := l.Stats(); serr == nil {
+			drops, freezes = drops+st.Drops, freezes+st.Freezes
+		}
+	}
+	fmt.Fprintf(o.progress, "  receiver: %d frames dropped by the kernel for want of room (ring or buffer), ring frozen %d times\n", drops, freezes)
+	return out, err
 }
 
 // transmit writes the batch over and over until stop.

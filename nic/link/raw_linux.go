@@ -69,6 +69,9 @@ type Raw struct {
 	ringMu sync.RWMutex // readers hold it shared; Close unmaps under it
 	wake   atomic.Bool  // a Wake not yet seen by WaitReadable
 
+	statsMu sync.Mutex // guards stats, the running PACKET_STATISTICS totals
+	stats   RawStats
+
 	rhdrs []unix.Mmsghdr // Read scratch (one reader at a time)
 	riovs []unix.Iovec
 	rctl  []byte // PACKET_AUXDATA control messages, auxSpace per frame

@@ -778,3 +778,42 @@ func TestRawWriteSegments(t *testing.T) {
 		t.Errorf("a 13-byte gathered frame: %v, want ErrFrameTooShort", err)
 	}
 }
+
+// TestRawStatsCountRingDrops fills a small ring nobody reads: the frames
+// that find no room are counted as drops (and, with TPACKET_V3, the ring
+// as frozen).
+func TestRawStatsCountRingDrops(t *testing.T) {
+	linktest.RequireRoot(t)
+	forVersions(t, func(t *testing.T, version int) {
+		var rx *link.Raw
+		tx, ma, mb := rawPair(t, func(ifname string) (err error) {
+			rx, err = link.OpenRaw(link.RawConfig{Interface: ifname, Filter: link.RoCEFilter(),
+				Ring: &link.RingConfig{Version: version, BlockSize: 16 << 10, BlockCount: 2}})
+			return err
+		})
+		defer rx.Close()
+		var fs [][]byte
+		for i := range 200 {
+			fs = append(fs, addressed(rocePacket(false, 5, 1, uint32(i), 1300), mb, ma))
+		}
+		for i := 0; i < len(fs); i += 20 {
+			if _, err := tx.Write(fs[i:i+20], 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var st link.RawStats
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			var err error
+			if st, err = rx.Stats(); err != nil {
+				t.Fatal(err)
+			}
+			if st.Drops > 0 && (version == 2 || st.Freezes > 0) {
+				break
+			}
+		}
+		// 200 frames of 1358 bytes cannot fit 32 KiB of ring.
+		if st.Drops == 0 || st.Packets < st.Drops || (version == 3 && st.Freezes == 0) {
+			t.Fatalf("Stats = %+v after overfilling the ring", st)
+		}
+	})
+}
