@@ -6,7 +6,7 @@ PKGS      := ./...
 # run from GOPATH/bin so that it is not a dependency in go.mod.
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all demo binaries build test check vet fmt staticcheck unit long fuzz bench clean interop install install-check
+.PHONY: all demo binaries build test check vet fmt staticcheck unit long fuzz bench clean interop install install-check perf
 
 all: build
 
@@ -21,6 +21,14 @@ binaries:
 # WRITE bandwidth run between them (root).
 demo: binaries
 	./scripts/demo.sh
+
+# perf: the link's capacity for vrnicd's frames (vrnic-linkbench), then
+# vrnic-perf between two daemons in network namespaces (raw mode at MTU
+# 9000 and 1500, 1 % loss, TAP mode), one table of each figure beside the
+# link's (root; a few minutes). Figures are printed, never judged.
+perf:
+	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnic-perf ./cmd/vrnic-linkbench
+	./scripts/perf.sh
 
 # test: formatting, vet, then every test under the race detector. Tests that
 # need root (network namespaces, TAP) skip with a message when not root.

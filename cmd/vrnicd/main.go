@@ -98,6 +98,8 @@ Options:
                        streams them live without one)
   --metrics ADDR       serve Prometheus metrics on http://ADDR/metrics:
                        HOST:PORT (TCP) or unix:PATH (default: off)
+  --cpuprofile FILE    write a CPU profile (go tool pprof) to FILE, from
+                       start until the daemon stops (SIGTERM or SIGINT)
   --version            print the version and exit
   --help               print this help and exit
 
@@ -133,6 +135,7 @@ func (f *intFlag) Set(s string) error {
 type options struct {
 	help, version bool
 	config        string
+	cpuprofile    string    // --cpuprofile: runtime/pprof CPU profile, written at exit
 	flags         rawConfig // only the flags that were given
 	fs            *flag.FlagSet
 }
@@ -164,6 +167,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&format, "log-format", "", "")
 	fs.StringVar(&pcap, "pcap", "", "")
 	fs.StringVar(&metricsAddr, "metrics", "", "")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			o.help = true
@@ -269,6 +273,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := o.load()
 	if err != nil {
 		return fail(stderr, err)
+	}
+	if o.cpuprofile != "" {
+		stop, err := startCPUProfile(o.cpuprofile)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		defer stop()
 	}
 	d, err := start(o, cfg, stderr)
 	if err != nil {

@@ -18,12 +18,47 @@
 //     (PACKET_IGNORE_OUTGOING), nor VLAN-tagged ones. Reads and writes are
 //     batched with recvmmsg/sendmmsg; checksums a local sender left partial
 //     (CHECKSUM_PARTIAL over a veth or bridge) are finished on read.
+//     RawConfig.Ring receives through a TPACKET_V3 ring instead, and
+//     OpenRawFanout opens one Raw per worker on the same interface, joined
+//     in a PACKET_FANOUT group that steers each RoCEv2 frame by its BTH
+//     destination QP (FanoutProgram).
 //   - Pipe joins two in-memory Links for tests, with optional fault hooks.
 //
 // Concurrency: Read must be called from one goroutine at a time (it reuses
 // per-link state); Write is safe for concurrent use. Close may be called from
 // any goroutine and interrupts a blocked Read; afterwards Read and Write
 // return an error for which errors.Is(err, net.ErrClosed) holds.
+//
+// # Run-to-completion workers
+//
+// Read blocks, which suits a goroutine per link. A NAPI-style worker that
+// owns a link (and, with fanout, the QPs it steers) drives it through two
+// optional interfaces instead, found by type assertion. Poller: TryRead
+// never blocks; WaitReadable sleeps until a frame is readable, a timeout
+// passes or Wake is called; Wake is how the worker's other sources of work
+// (a client's doorbell, a send queue, a timer) interrupt the sleep.
+// RingReader: ReadRing hands frames over in place in the receive ring (no
+// copy), up to a budget, and returns ring space to the kernel after the
+// callback; a frame must not be kept after its callback returns. The loop
+// is "busy: poll, idle: arm and sleep":
+//
+//	for {
+//		n, err := l.TryRead(bufs, sizes, off) // or ReadRing(budget, handle)
+//		// ... handle n frames, then other work, each within a budget ...
+//		if n == 0 && idle {
+//			l.WaitReadable(maxSleep)
+//		}
+//	}
+//
+// SegmentWriter (Raw) sends frames gathered from several buffers, e.g.
+// headers, payload straight from a memory region, and ICRC, without copying.
+//
+// WaitReadable checks readiness after arming, so a frame that arrived
+// between the last TryRead and the sleep ends it at once; a Wake that came
+// before it is not lost either: it returns (false, nil) at once.
+//
+// Only one goroutine may read (Read, TryRead, ReadRing, WaitReadable) at a
+// time; Wake and Write are safe from any goroutine.
 //
 // Links open sockets and devices in the network namespace of the calling OS
 // thread. To open one inside another namespace, call the constructor on a
@@ -34,6 +69,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // Link is a batch Ethernet frame device.
@@ -58,6 +94,28 @@ type Link interface {
 	// Close releases the link; after it, Read and Write return an error
 	// satisfying errors.Is(err, net.ErrClosed).
 	Close() error
+}
+
+// Poller is implemented by links a worker can poll without blocking: Raw.
+type Poller interface {
+	// TryRead is Read that returns 0, nil at once when no frame is ready.
+	TryRead(bufs [][]byte, sizes []int, offset int) (int, error)
+	// WaitReadable blocks until a frame is readable (true), timeout passes
+	// or Wake is called (false), or the link is closed (an error
+	// satisfying errors.Is(err, net.ErrClosed)). A negative timeout waits
+	// without limit; zero only reports readiness.
+	WaitReadable(timeout time.Duration) (bool, error)
+	// Wake ends the WaitReadable in progress, or else the next one.
+	Wake()
+}
+
+// RingReader is implemented by links that receive into a memory ring
+// shared with the kernel (Raw with RawConfig.Ring).
+type RingReader interface {
+	// ReadRing calls fn for up to max frames ready in the ring, in order,
+	// without waiting; it returns how many. A frame is a whole Ethernet
+	// frame in ring memory, valid only until fn returns; fn may modify it.
+	ReadRing(max int, fn func(frame []byte)) (int, error)
 }
 
 // EthernetHeaderLen is the length of an untagged Ethernet header.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/net/bpf"
@@ -29,8 +30,20 @@ type RawConfig struct {
 	Filter []bpf.RawInstruction
 	// BatchSize caps frames per Read and per sendmmsg; default 64.
 	BatchSize int
-	// RecvBuffer is SO_RCVBUF(FORCE) in bytes; default 4 MiB.
+	// RecvBuffer is SO_RCVBUF(FORCE) in bytes; default 4 MiB. Unused
+	// with a Ring (the ring is the receive buffer).
 	RecvBuffer int
+	// Ring, if non-nil, receives through a PACKET_MMAP TPACKET_V3 ring
+	// instead of recvmmsg: Read copies frames out of it, ReadRing hands
+	// them over in place. See RingConfig for its latency cost.
+	Ring *RingConfig
+	// QdiscBypass sets PACKET_QDISC_BYPASS: frames written skip the
+	// interface's queueing discipline and the egress hooks in front of it
+	// (tc egress, nftables netdev egress: loss or shaping injected there
+	// does not apply) and go to the driver directly; packet taps still see
+	// them. On a veth (noqueue) it saves the qdisc layer's locking; see
+	// vrnic-linkbench bw --qdisc-bypass.
+	QdiscBypass bool
 }
 
 // Raw is a Link over an AF_PACKET socket bound to an existing interface. It
@@ -52,6 +65,13 @@ type Raw struct {
 	rc      syscall.RawConn
 	closed  atomic.Bool
 
+	ring   rxRing       // nil: recvmmsg
+	ringMu sync.RWMutex // readers hold it shared; Close unmaps under it
+	wake   atomic.Bool  // a Wake not yet seen by WaitReadable
+
+	statsMu sync.Mutex // guards stats, the running PACKET_STATISTICS totals
+	stats   RawStats
+
 	rhdrs []unix.Mmsghdr // Read scratch (one reader at a time)
 	riovs []unix.Iovec
 	rctl  []byte // PACKET_AUXDATA control messages, auxSpace per frame
@@ -59,6 +79,7 @@ type Raw struct {
 	wmu   sync.Mutex // guards the Write scratch
 	whdrs []unix.Mmsghdr
 	wiovs []unix.Iovec
+	wsegs []unix.Iovec // WriteSegments' iovecs, BatchSize × MaxSegments
 }
 
 // OpenRaw opens an AF_PACKET socket on an existing, up interface.
@@ -75,6 +96,13 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 	}
 	if cfg.RecvBuffer <= 0 {
 		cfg.RecvBuffer = 4 << 20
+	}
+	if cfg.Ring != nil {
+		rc := *cfg.Ring
+		if err := rc.setDefaults(ifi.MTU); err != nil {
+			return nil, fmt.Errorf("link: %s: %w", cfg.Interface, err)
+		}
+		cfg.Ring = &rc
 	}
 	// Protocol 0: the socket receives nothing until bind, so the filter
 	// is in place before the first frame is queued.
@@ -101,8 +129,22 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 			return fail("SO_ATTACH_FILTER", err)
 		}
 	}
+	if cfg.QdiscBypass {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+			return fail("PACKET_QDISC_BYPASS", err)
+		}
+	}
+	var ring rxRing
+	if cfg.Ring != nil {
+		if ring, err = setupRing(fd, *cfg.Ring, ifi.MTU); err != nil {
+			return fail("ring", err)
+		}
+	}
 	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
 	if err := unix.Bind(fd, sll); err != nil {
+		if ring != nil {
+			ring.unmap()
+		}
 		return fail("bind", err)
 	}
 	r := &Raw{
@@ -111,6 +153,7 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		mac:     append(net.HardwareAddr(nil), ifi.HardwareAddr...),
 		mtu:     ifi.MTU,
 		batch:   cfg.BatchSize,
+		ring:    ring,
 		f:       os.NewFile(uintptr(fd), "packet:"+ifi.Name),
 		rhdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		riovs:   make([]unix.Iovec, cfg.BatchSize),
@@ -119,7 +162,7 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		wiovs:   make([]unix.Iovec, cfg.BatchSize),
 	}
 	if r.rc, err = r.f.SyscallConn(); err != nil {
-		r.f.Close()
+		r.Close()
 		return nil, err
 	}
 	return r, nil
@@ -148,12 +191,20 @@ func (r *Raw) Name() string                   { return r.name }
 // Ifindex is the interface's index.
 func (r *Raw) Ifindex() int { return r.ifindex }
 
-// Close closes the socket, interrupting a blocked Read.
+// Close closes the socket, interrupting a blocked Read or WaitReadable,
+// then unmaps the ring once no TryRead or ReadRing is running (so it must
+// not be called from a ReadRing callback).
 func (r *Raw) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	return r.f.Close()
+	err := r.f.Close()
+	if r.ring != nil {
+		r.ringMu.Lock()
+		r.ring.unmap()
+		r.ringMu.Unlock()
+	}
+	return err
 }
 
 func (r *Raw) fdErr(err error) error {
@@ -185,6 +236,9 @@ func fillMmsg(hdrs []unix.Mmsghdr, iovs []unix.Iovec, bufs [][]byte, offset int)
 // local sender over veth or a bridge: CHECKSUM_PARTIAL) get it finished, so
 // the stack can verify it and a capture shows the value the wire would.
 func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if r.ring != nil {
+		return r.readRing(bufs, sizes, offset)
+	}
 	if len(bufs) > r.batch {
 		bufs = bufs[:r.batch]
 	}
@@ -192,7 +246,13 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		return 0, nil
 	}
 	for {
-		n, err := r.recv(bufs, sizes, offset)
+		n, err := r.recv(bufs, sizes, offset, true)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A deadline WaitReadable or Wake left: Read blocks regardless.
+			if err = r.f.SetReadDeadline(time.Time{}); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -202,8 +262,9 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// recv is one recvmmsg, blocking on the netpoller until a frame is queued.
-func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
+// recv is one recvmmsg, blocking on the netpoller until a frame is queued
+// if block is set; otherwise it returns 0, nil when none is.
+func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
 	fillMmsg(r.rhdrs, r.riovs, bufs, offset)
 	for i := range bufs {
 		r.rhdrs[i].Hdr.Control = &r.rctl[i*auxSpace]
@@ -211,7 +272,7 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	n := 0
 	var rerr error
-	err := r.rc.Read(func(fd uintptr) bool {
+	once := func(fd uintptr) bool {
 		for {
 			m, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.rhdrs[0])),
 				uintptr(len(bufs)), unix.MSG_DONTWAIT, 0, 0)
@@ -227,7 +288,15 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
 				return true
 			}
 		}
-	})
+	}
+	var err error
+	if block {
+		err = r.rc.Read(once)
+	} else {
+		// Control, not Read: a try ignores the read deadline WaitReadable
+		// or Wake may have left behind.
+		err = r.rc.Control(func(fd uintptr) { once(fd) })
+	}
 	for i := range n {
 		sizes[i] = int(r.rhdrs[i].Len)
 	}
@@ -239,6 +308,9 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	if err == nil {
 		err = rerr
+	}
+	if err == nil && !block {
+		return 0, nil
 	}
 	if err == nil {
 		err = errors.New("recvmmsg returned no frame")
@@ -344,37 +416,47 @@ func (r *Raw) Write(bufs [][]byte, offset int) (int, error) {
 	for done < len(bufs) {
 		chunk := bufs[done:min(len(bufs), done+r.batch)]
 		fillMmsg(r.whdrs, r.wiovs, chunk, offset)
-		sent := 0
-		var werr error
-		err := r.rc.Write(func(fd uintptr) bool {
-			for sent < len(chunk) {
-				m, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&r.whdrs[sent])),
-					uintptr(len(chunk)-sent), unix.MSG_DONTWAIT, 0, 0)
-				switch e {
-				case 0:
-					sent += int(m)
-				case unix.EINTR:
-				case unix.EAGAIN, unix.ENOBUFS:
-					return false
-				default:
-					werr = e
-					return true
-				}
-			}
-			return true
-		})
+		sent, err := r.sendmmsg(len(chunk))
 		for i := range chunk {
 			r.wiovs[i].Base = nil
 		}
 		done += sent
-		if err == nil {
-			err = werr
-		}
 		if err != nil {
-			return done, r.fdErr(err)
+			return done, err
 		}
 	}
 	return done, nil
+}
+
+// sendmmsg sends the n messages in r.whdrs, waiting on the netpoller while
+// the socket's send buffer is full; the caller holds wmu.
+func (r *Raw) sendmmsg(n int) (int, error) {
+	sent := 0
+	var werr error
+	err := r.rc.Write(func(fd uintptr) bool {
+		for sent < n {
+			m, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&r.whdrs[sent])),
+				uintptr(n-sent), unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case 0:
+				sent += int(m)
+			case unix.EINTR:
+			case unix.EAGAIN, unix.ENOBUFS:
+				return false
+			default:
+				werr = e
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return sent, r.fdErr(err)
+	}
+	return sent, nil
 }
 
 // RoCEFilter returns a classic BPF program that accepts untagged Ethernet

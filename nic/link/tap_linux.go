@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
@@ -30,7 +31,9 @@ type TAPConfig struct {
 // TAP is a Link over a TAP device this process created. The file descriptor
 // sits on the Go netpoller, so a blocked Read costs no thread and Close
 // interrupts it. Read drains every frame already queued on the device (up
-// to len(bufs)) per wake-up, one read(2) per frame.
+// to len(bufs)) per wake-up, one read(2) per frame: a TAP file has no
+// batched read (readv reads one frame), and IFF_VNET_HDR's offloads (GSO,
+// USO) do not fit RoCE, whose every packet carries its own BTH.
 type TAP struct {
 	name   string
 	mac    net.HardwareAddr
@@ -39,6 +42,7 @@ type TAP struct {
 	f      *os.File
 	rc     syscall.RawConn
 	closed atomic.Bool
+	wake   atomic.Bool // a Wake not yet seen by WaitReadable
 }
 
 // OpenTAP creates the TAP device, sets its MTU and brings it up. The device
@@ -130,12 +134,44 @@ func (t *TAP) fdErr(err error) error {
 
 // Read implements Link.
 func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	for {
+		n, err := t.read(bufs, sizes, offset, true)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A deadline WaitReadable or Wake left: Read blocks regardless.
+			if err = t.f.SetReadDeadline(time.Time{}); err == nil {
+				continue
+			}
+		}
+		return n, err
+	}
+}
+
+// TryRead implements Poller: the frames already queued, up to len(bufs).
+func (t *TAP) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return t.read(bufs, sizes, offset, false)
+}
+
+// WaitReadable implements Poller.
+func (t *TAP) WaitReadable(timeout time.Duration) (bool, error) {
+	ok, err := waitReadable(t.f, t.rc, &t.wake, timeout, func() bool { return !t.closed.Load() && pollIn(t.rc) })
+	if err != nil {
+		return false, t.fdErr(err)
+	}
+	return ok, nil
+}
+
+// Wake implements Poller.
+func (t *TAP) Wake() { wakeFile(t.f, &t.wake) }
+
+// read drains queued frames with one read(2) each (a TAP has no batched
+// read); if block is set it first waits on the netpoller for one.
+func (t *TAP) read(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
 	}
 	n := 0
 	var rerr error
-	err := t.rc.Read(func(fd uintptr) bool {
+	drain := func(fd uintptr) bool {
 		for n < len(bufs) {
 			m, err := unix.Read(int(fd), bufs[n][offset:])
 			switch err {
@@ -151,12 +187,21 @@ func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			}
 		}
 		return true
-	})
+	}
+	var err error
+	if block {
+		err = t.rc.Read(drain)
+	} else {
+		err = t.rc.Control(func(fd uintptr) { drain(fd) })
+	}
 	if n > 0 {
 		return n, nil
 	}
 	if err == nil {
 		err = rerr
+	}
+	if err == nil && !block {
+		return 0, nil
 	}
 	return 0, t.fdErr(err)
 }
@@ -195,4 +240,7 @@ func (t *TAP) Write(bufs [][]byte, offset int) (int, error) {
 	return i, nil
 }
 
-var _ Link = (*TAP)(nil)
+var (
+	_ Link   = (*TAP)(nil)
+	_ Poller = (*TAP)(nil)
+)

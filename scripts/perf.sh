@@ -1,0 +1,386 @@
+#!/usr/bin/env bash
+# make perf: vrnicd's figures beside the link's own.
+#
+#   namespace vrperfA-PID                 namespace vrperfB-PID
+#   vrnicd raw on vpA (192.0.2.1) ══veth══ vpB (192.0.2.2) vrnicd raw
+#
+# 1. The link alone (no daemon): vrnic-linkbench streams RoCEv2 frames of
+#    the sizes vrnicd sends (sendmmsg of 32 into a TPACKET_V3 ring) and
+#    bounces single frames (sleeping reads) for the half round trip.
+# 2. Two raw-mode daemons: vrnic-perf write_bw, read_bw, send_bw (1 and 4
+#    QPs), write_lat, send_lat.
+# 3. The link again (before and after are both shown; the better is the
+#    reference), then MTU 1500, a TAP-mode pair over bridges, and a run with
+#    1 % of RoCE frames dropped each way (nftables netdev egress).
+#
+# One table at the end: each figure beside the link's and the ratio
+# (daemon ÷ link). Figures are printed, never judged: the machine may be
+# shared and they vary. Needs root. Every step is bounded in time; what is
+# started here is stopped by PID and the namespaces deleted on exit.
+#
+# Knobs: D (seconds per bandwidth run, 3), LAT_ITERS (2000), LB_D (seconds
+# per link sample, 1), LB_N (link samples, 3), PROFILE_DIR (if set, the
+# daemons of the 9000-byte raw runs write CPU profiles there).
+set -euo pipefail
+export PATH=$PATH:/usr/sbin:/sbin
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT/bin}
+D=${D:-3}
+LAT_ITERS=${LAT_ITERS:-2000}
+LB_D=${LB_D:-1}
+LB_N=${LB_N:-3}
+PROFILE_DIR=${PROFILE_DIR:-}
+[ "$(id -u)" = 0 ] || { echo "perf: needs root (network namespaces, TAP, AF_PACKET)" >&2; exit 1; }
+for b in vrnicd vrnic-perf vrnic-linkbench; do
+	[ -x "$BIN/$b" ] || { echo "perf: $BIN/$b missing (run make perf)" >&2; exit 1; }
+done
+
+A=vrperfA-$$ B=vrperfB-$$
+RUN=$(mktemp -d /tmp/vrnicd-perf.XXXXXX)
+daemons=() # PIDs of the running daemons
+others=()  # PIDs of servers started in the background
+stop_pids() {
+	local p
+	for p in "$@"; do kill "$p" 2>/dev/null || true; done
+	for p in "$@"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+}
+cleanup() {
+	stop_pids "${others[@]}" "${daemons[@]}"
+	ip netns del "$A" 2>/dev/null || true
+	ip netns del "$B" 2>/dev/null || true
+	rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step() { printf '\n== %s\n' "$*"; }
+
+# Results: name -> figure, kept in an associative array; the table is
+# printed from it at the end.
+declare -A R
+
+# --- network --------------------------------------------------------------
+
+net_up() {
+	ip netns add "$A"
+	ip netns add "$B"
+	ip -n "$A" link set lo up
+	ip -n "$B" link set lo up
+	ip link add vpA netns "$A" type veth peer name vpB netns "$B"
+	ip -n "$A" addr add 192.0.2.1/24 dev vpA
+	ip -n "$B" addr add 192.0.2.2/24 dev vpB
+	set_mtu 9000
+	ip -n "$A" link set vpA up
+	ip -n "$B" link set vpB up
+}
+
+set_mtu() {
+	ip -n "$A" link set vpA mtu "$1"
+	ip -n "$B" link set vpB mtu "$1"
+}
+
+# --- the link -------------------------------------------------------------
+
+# lb_bw KEY OP PAYLOAD [LINKBENCH-ARGS]: the link's best receive rate for
+# OP/PAYLOAD frames; R[KEY.mpps], R[KEY.gbps] (payload bits), R[KEY.frame].
+lb_bw() {
+	local key=$1 op=$2 p=$3 out
+	shift 3
+	rm -f "$RUN/lb.txt"
+	timeout 120 "$BIN/vrnic-linkbench" bw --tx "$A:vpA" --rx "$B:vpB" --op "$op" -p "$p" \
+		-D "$LB_D" -n "$LB_N" "$@" 2>&1 | tee "$RUN/lb.txt" || true
+	out=$(grep '^RESULT' "$RUN/lb.txt") || { echo "perf: linkbench bw failed (figure left out)"; return 0; }
+	R[$key.mpps]=$(kv mpps "$out")
+	R[$key.gbps]=$(kv payload_gbps "$out")
+	R[$key.frame]=$(kv frame "$out")
+}
+
+# lb_lat KEY OP PAYLOAD [LINKBENCH-ARGS]: the link's half round trip
+# (median) in us.
+lb_lat() {
+	local key=$1 op=$2 p=$3 out
+	shift 3
+	rm -f "$RUN/lb.txt"
+	timeout 120 "$BIN/vrnic-linkbench" lat --a "$A:vpA" --b "$B:vpB" --op "$op" -p "$p" \
+		--iters "$LAT_ITERS" -n "$LB_N" "$@" 2>&1 | tee "$RUN/lb.txt" || true
+	out=$(grep '^RESULT' "$RUN/lb.txt") || { echo "perf: linkbench lat failed (figure left out)"; return 0; }
+	R[$key.us]=$(kv median_us "$out")
+	R[$key.frame]=$(kv frame "$out")
+}
+
+kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
+
+# link PHASE: every link figure the table compares with, at MTU 9000.
+link_9000() {
+	local ph=$1
+	step "link alone, MTU 9000 ($ph): 4096 B WRITE MIDDLE / READ RESPONSE MIDDLE frames"
+	lb_bw "link.$ph.wm4096" write_middle 4096
+	step "link alone, MTU 9000 ($ph): 64 B SEND ONLY frames"
+	lb_bw "link.$ph.so64" send_only 64
+	step "link alone, MTU 9000 ($ph): half round trip, 8 B WRITE ONLY (RETH) frames"
+	lb_lat "link.$ph.wo8" write_only 8
+	step "link alone, MTU 9000 ($ph): half round trip, 8 B SEND ONLY frames"
+	lb_lat "link.$ph.so8" send_only 8
+}
+
+# --- the daemons ----------------------------------------------------------
+
+# start_raw [PROFILE-TAG]: a raw-mode daemon on each veth end.
+start_raw() {
+	local prof_a=() prof_b=()
+	if [ -n "$PROFILE_DIR" ] && [ -n "${1:-}" ]; then
+		mkdir -p "$PROFILE_DIR"
+		prof_a=(--cpuprofile "$PROFILE_DIR/vrnicd-A-$1.pprof")
+		prof_b=(--cpuprofile "$PROFILE_DIR/vrnicd-B-$1.pprof")
+	fi
+	ip netns exec "$A" "$BIN/vrnicd" --iface vpA --socket "$RUN/a.sock" "${prof_a[@]}" >"$RUN/a.log" 2>&1 &
+	daemons+=($!)
+	ip netns exec "$B" "$BIN/vrnicd" --iface vpB --socket "$RUN/b.sock" "${prof_b[@]}" >"$RUN/b.log" 2>&1 &
+	daemons+=($!)
+	wait_sockets
+}
+
+wait_sockets() {
+	local s
+	for s in a b; do
+		for _ in $(seq 100); do [ -S "$RUN/$s.sock" ] && break; sleep 0.1; done
+		[ -S "$RUN/$s.sock" ] || { echo "perf: daemon $s did not start:" >&2; cat "$RUN/$s.log" >&2; exit 1; }
+	done
+}
+
+stop_daemons() {
+	stop_pids "${daemons[@]}"
+	daemons=()
+	rm -f "$RUN/a.sock" "$RUN/b.sock"
+}
+
+# perf KEY TEST SERVER-ADDR ARGS...: one vrnic-perf run, server in B and
+# client in A; R[KEY] is the client's figure: Gb/s (bw), M msg/s (bw,
+# KEY.mpps) or t_typical in us (lat).
+perf() {
+	local key=$1 t=$2 addr=$3 srv out line
+	shift 3
+	printf -- '-- vrnic-perf %s %s\n' "$t" "$*"
+	ip netns exec "$B" timeout 120 "$BIN/vrnic-perf" "$t" --socket "$RUN/b.sock" "$@" >"$RUN/srv.txt" 2>&1 &
+	srv=$!
+	others+=($srv)
+	sleep 0.3
+	if ! out=$(ip netns exec "$A" timeout 120 "$BIN/vrnic-perf" "$t" --socket "$RUN/a.sock" "$@" "$addr" 2>"$RUN/cli.err"); then
+		tail -3 "$RUN/cli.err"
+		echo "perf: vrnic-perf $t failed (figure left out)"
+		stop_pids "$srv"
+		return 0
+	fi
+	wait "$srv" 2>/dev/null || true
+	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
+	echo "$line"
+	case $t in
+	*_bw)
+		R[$key]=$(awk '{ print $4 }' <<<"$line")
+		R[$key.mpps]=$(awk '{ print $5 }' <<<"$line")
+		;;
+	*_lat) R[$key]=$(awk '{ print $5 }' <<<"$line") ;;
+	esac
+}
+
+bw_args() { echo -D "$D" --report_gbits "$@"; }
+
+daemon_suite() { # PREFIX
+	local k=$1
+	# shellcheck disable=SC2046
+	{
+		perf "$k.write_bw.q1" write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+		perf "$k.write_bw.q4" write_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
+		perf "$k.read_bw.q1" read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+		perf "$k.read_bw.q4" read_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
+		perf "$k.send_bw.q1" send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+		perf "$k.send_bw.q4" send_bw 192.0.2.2 $(bw_args -s 64 -q 4)
+		perf "$k.write_lat" write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+		perf "$k.send_lat" send_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+	}
+}
+
+# --- TAP pair -------------------------------------------------------------
+
+# tap_pair: each namespace gets a bridge holding its veth end and the
+# daemon's TAP; the daemons are TAP-mode NICs 192.0.2.10 and .20.
+tap_pair() {
+	local ns
+	for ns in "$A" "$B"; do
+		ip -n "$ns" link add vpbr type bridge stp_state 0 forward_delay 0
+		ip -n "$ns" link set vpbr mtu 9000
+		ip -n "$ns" link set vpbr up
+	done
+	ip -n "$A" addr flush dev vpA
+	ip -n "$B" addr flush dev vpB
+	ip -n "$A" link set vpA master vpbr
+	ip -n "$B" link set vpB master vpbr
+	ip -n "$A" addr add 192.0.2.1/24 dev vpbr
+	ip -n "$B" addr add 192.0.2.2/24 dev vpbr
+	ip netns exec "$A" "$BIN/vrnicd" --iface tap:vptapA --ip 192.0.2.10/24 --mtu 9000 --socket "$RUN/a.sock" >"$RUN/a.log" 2>&1 &
+	daemons+=($!)
+	ip netns exec "$B" "$BIN/vrnicd" --iface tap:vptapB --ip 192.0.2.20/24 --mtu 9000 --socket "$RUN/b.sock" >"$RUN/b.log" 2>&1 &
+	daemons+=($!)
+	wait_sockets
+	for ns in "$A" "$B"; do
+		local t=vptapA
+		[ "$ns" = "$B" ] && t=vptapB
+		for _ in $(seq 50); do ip -n "$ns" link show "$t" >/dev/null 2>&1 && break; sleep 0.1; done
+		ip -n "$ns" link set "$t" master vpbr
+		ip -n "$ns" link set vpbr mtu 9000
+	done
+}
+
+# --- loss -----------------------------------------------------------------
+
+# loss_on PERCENT: drop that share of UDP 4791 frames leaving each veth end.
+loss_on() {
+	local ns dev
+	for ns in "$A" "$B"; do
+		dev=vpA
+		[ "$ns" = "$B" ] && dev=vpB
+		ip netns exec "$ns" nft add table netdev vrperf
+		ip netns exec "$ns" nft add chain netdev vrperf eg "{ type filter hook egress device $dev priority 0; }"
+		ip netns exec "$ns" nft add rule netdev vrperf eg udp dport 4791 numgen random mod 100 "<" "$1" counter drop
+	done
+}
+
+loss_report() {
+	local ns
+	for ns in "$A" "$B"; do
+		printf '   %s egress: %s\n' "${ns%%-*}" "$(ip netns exec "$ns" nft list chain netdev vrperf eg | grep -o 'counter packets [0-9]* bytes [0-9]*')"
+	done
+}
+
+loss_off() {
+	ip netns exec "$A" nft delete table netdev vrperf 2>/dev/null || true
+	ip netns exec "$B" nft delete table netdev vrperf 2>/dev/null || true
+}
+
+# --- the run --------------------------------------------------------------
+
+step "network: $A (vpA 192.0.2.1) <-veth MTU 9000-> $B (vpB 192.0.2.2); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+net_up
+
+link_9000 before
+step "link alone, MTU 9000: other receive paths (for the new datapath; not in the ratios)"
+lb_bw link.recvmmsg.wm4096 write_middle 4096 --rx-mode recvmmsg
+lb_bw link.v2.wm4096 write_middle 4096 --ring-version 2
+lb_bw link.fanout2.wm4096 write_middle 4096 --workers 2 -q 4
+lb_bw link.bypass.wm4096 write_middle 4096 --qdisc-bypass
+lb_bw link.bypass.so64 send_only 64 --qdisc-bypass
+lb_lat link.v2.wo8 write_only 8 --ring 2
+lb_lat link.spin.wo8 write_only 8 --spin
+
+step "raw-mode daemons, MTU 9000"
+start_raw mtu9000
+daemon_suite raw
+stop_daemons
+
+link_9000 after
+
+step "MTU 1500: link (1024 B WRITE MIDDLE frames) and raw-mode daemons"
+set_mtu 1500
+lb_bw link.1500.wm1024 write_middle 1024
+lb_bw link.1500.so64 send_only 64
+start_raw
+# shellcheck disable=SC2046
+perf raw1500.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+# shellcheck disable=SC2046
+perf raw1500.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+perf raw1500.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+stop_daemons
+set_mtu 9000
+
+step "1 % of RoCE frames dropped each way (nftables netdev egress), raw-mode daemons, MTU 9000"
+if command -v nft >/dev/null && loss_on 1; then
+	start_raw
+	# shellcheck disable=SC2046
+	perf loss.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+	# shellcheck disable=SC2046
+	perf loss.read_bw.q1 read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+	perf loss.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+	loss_report
+	stop_daemons
+	loss_off
+else
+	echo "perf: nft unavailable or refused the egress chain: loss run skipped"
+fi
+
+step "TAP-mode daemons, each TAP bridged to its veth end, MTU 9000"
+tap_pair
+# shellcheck disable=SC2046
+perf tap.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+# shellcheck disable=SC2046
+perf tap.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+perf tap.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+stop_daemons
+
+# --- the table ------------------------------------------------------------
+
+# ref KEY-BEFORE KEY-AFTER max|min: the better of the two link figures.
+ref() {
+	local a=${R[$1]:-} b=${R[$2]:-}
+	[ -z "$a" ] && { echo "$b"; return; }
+	[ -z "$b" ] && { echo "$a"; return; }
+	awk -v a="$a" -v b="$b" -v m="$3" 'BEGIN { if ((m == "max") == (a > b)) print a; else print b }'
+}
+
+L_WM=$(ref link.before.wm4096.gbps link.after.wm4096.gbps max)
+L_SO=$(ref link.before.so64.mpps link.after.so64.mpps max)
+L_WO8=$(ref link.before.wo8.us link.after.wo8.us min)
+L_SO8=$(ref link.before.so8.us link.after.so8.us min)
+L15_WM=${R[link.1500.wm1024.gbps]:-}
+L15_SO=${R[link.1500.so64.mpps]:-}
+
+row() { # NAME FIGURE UNIT LINK-FIGURE LINK-WHAT
+	local ratio=-
+	if [ -n "$2" ] && [ -n "$4" ]; then
+		ratio=$(awk -v a="$2" -v b="$4" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }')
+	fi
+	printf '%-34s %12s %-8s %12s  %-7s %s\n' "$1" "${2:--}" "$3" "${4:--}" "$ratio" "$5"
+}
+
+step "summary (ratio = vrnicd ÷ link; for latency above 1 is slower)"
+printf '%-34s %12s %-8s %12s  %-7s %s\n' "run" "vrnicd" "unit" "link" "ratio" "link figure"
+lk() { printf '%s B frames' "${R[$1.frame]:-?}"; }
+echo "-- link alone, MTU 9000: before / after the daemon runs"
+printf '%-34s %12s %-8s %12s\n' "4096 B WRITE MIDDLE payload" "${R[link.before.wm4096.gbps]:--}" "Gb/s" "${R[link.after.wm4096.gbps]:--}"
+printf '%-34s %12s %-8s %12s\n' "4096 B WRITE MIDDLE frames" "${R[link.before.wm4096.mpps]:--}" "Mpps" "${R[link.after.wm4096.mpps]:--}"
+printf '%-34s %12s %-8s %12s\n' "64 B SEND ONLY frames" "${R[link.before.so64.mpps]:--}" "Mpps" "${R[link.after.so64.mpps]:--}"
+printf '%-34s %12s %-8s %12s\n' "8 B WRITE ONLY half round trip" "${R[link.before.wo8.us]:--}" "us" "${R[link.after.wo8.us]:--}"
+printf '%-34s %12s %-8s %12s\n' "8 B SEND ONLY half round trip" "${R[link.before.so8.us]:--}" "us" "${R[link.after.so8.us]:--}"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, recvmmsg rx" "${R[link.recvmmsg.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, TPACKET_V2 rx" "${R[link.v2.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, 2 fanout rx" "${R[link.fanout2.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, qdisc bypass tx" "${R[link.bypass.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "64 B SEND ONLY, qdisc bypass tx" "${R[link.bypass.so64.mpps]:--}" "Mpps"
+printf '%-34s %12s %-8s\n' "8 B WO half RTT, TPACKET_V2 rx" "${R[link.v2.wo8.us]:--}" "us"
+printf '%-34s %12s %-8s\n' "8 B WO half RTT, polling rx" "${R[link.spin.wo8.us]:--}" "us"
+echo "-- raw-mode daemons, MTU 9000"
+row "write_bw 64 KiB, 1 QP" "${R[raw.write_bw.q1]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
+row "write_bw 64 KiB, 4 QPs" "${R[raw.write_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
+row "read_bw 64 KiB, 1 QP" "${R[raw.read_bw.q1]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
+row "read_bw 64 KiB, 4 QPs" "${R[raw.read_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
+row "send_bw 64 B, 1 QP" "${R[raw.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
+row "send_bw 64 B, 4 QPs" "${R[raw.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
+row "write_lat 8 B (t_typical)" "${R[raw.write_lat]:-}" "us" "$L_WO8" "median half RTT, $(lk link.before.wo8)"
+row "send_lat 8 B (t_typical)" "${R[raw.send_lat]:-}" "us" "$L_SO8" "median half RTT, $(lk link.before.so8)"
+echo "-- raw-mode daemons, MTU 1500 (RoCE MTU 1024)"
+row "write_bw 64 KiB, 1 QP" "${R[raw1500.write_bw.q1]:-}" "Gb/s" "$L15_WM" "payload Gb/s, $(lk link.1500.wm1024)"
+row "send_bw 64 B, 1 QP" "${R[raw1500.send_bw.q1.mpps]:-}" "M msg/s" "$L15_SO" "Mpps, $(lk link.1500.so64)"
+row "write_lat 8 B (t_typical)" "${R[raw1500.write_lat]:-}" "us" "$L_WO8" "median half RTT at MTU 9000"
+echo "-- raw-mode daemons, MTU 9000, 1 % loss each way"
+row "write_bw 64 KiB, 1 QP" "${R[loss.write_bw.q1]:-}" "Gb/s" "$L_WM" "lossless link, payload Gb/s"
+row "read_bw 64 KiB, 1 QP" "${R[loss.read_bw.q1]:-}" "Gb/s" "$L_WM" "lossless link, payload Gb/s"
+row "write_lat 8 B (t_typical)" "${R[loss.write_lat]:-}" "us" "$L_WO8" "lossless link"
+echo "-- TAP-mode daemons over bridges, MTU 9000 (link figures: the bare veth)"
+row "write_bw 64 KiB, 1 QP" "${R[tap.write_bw.q1]:-}" "Gb/s" "$L_WM" "veth payload Gb/s"
+row "send_bw 64 B, 1 QP" "${R[tap.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "veth Mpps"
+row "write_lat 8 B (t_typical)" "${R[tap.write_lat]:-}" "us" "$L_WO8" "veth median half RTT"
+echo
+echo "perf: done"
