@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -67,7 +66,8 @@ type Config struct {
 	Mem     mem.Config
 	Limits  Limits
 	// Workers is the number of datapath workers the QPs are spread over
-	// (by QPN); default: one per CPU the process may use.
+	// (by QPN); default 1: with one link queue, a second worker costs a
+	// hand-off for every packet of its QPs.
 	Workers int
 }
 
@@ -141,14 +141,19 @@ func NewDevice(cfg Config) (*Device, error) {
 	d.out.pool.New = func() any { b := make([]byte, bufSize); return &b }
 	d.rxPool.New = func() any { return &rxItem{buf: make([]byte, bufSize)} }
 	d.env = transport.Env{Clock: d.clock, Memory: d.mem, Out: &d.out, Log: d.log, Device: &d.ctr, PortMTU: d.mtu}
-	n := cfg.Workers
-	if n <= 0 {
-		n = runtime.GOMAXPROCS(0)
-	}
+	n := max(cfg.Workers, 1)
 	for range n {
 		d.workers = append(d.workers, newWorker(d))
 	}
 	return d, nil
+}
+
+// AttachPoller lets the first datapath worker read the port's link itself
+// (run to completion: a packet for one of its QPs meets the engine in the
+// link's buffer, with no hand-off); onErr learns once that the link failed.
+// Without it, the port's own reader (netstack.Stack.Run) calls Deliver.
+func (d *Device) AttachPoller(p *netstack.RxPoller, onErr func(error)) {
+	d.workers[0].attachPoller(p, onErr)
 }
 
 // Sync waits until the datapath workers have handled everything queued for

@@ -29,12 +29,14 @@ func (d *Device) putRx(it *rxItem) {
 func (d *Device) Deliver(pkts []netstack.RxPacket) {
 	for i := range pkts {
 		p := &pkts[i]
-		d.ingress(p.Transport, p.IPHeader, gid.FromAddr(p.Src), gid.FromAddr(p.Dst), p.SrcPort)
+		d.ingress(nil, p.Transport, p.IPHeader, gid.FromAddr(p.Src), gid.FromAddr(p.Dst), p.SrcPort)
 	}
 }
 
-// ingress checks one packet as rxe_recv.c does and hands it to its QP.
-func (d *Device) ingress(tp, iphdr []byte, src, dst gid.GID, sport uint16) {
+// ingress checks one packet as rxe_recv.c does and hands it to its QP: on
+// the QP's own worker (on) at once, in the caller's buffer; else a copy
+// goes to the QP's worker.
+func (d *Device) ingress(on *worker, tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 	var pkt wire.Packet
 	if err := pkt.Parse(tp); err != nil {
 		d.ctr.Inc(transport.RcvdDropped)
@@ -72,6 +74,12 @@ func (d *Device) ingress(tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 			return
 		}
 	}
+	request := pkt.Op.Flags&wire.FlagRequest != 0
+	if on != nil && q.w == on {
+		rx := transport.RxPacket{Packet: pkt, SrcGID: src, DstGID: dst, IPHeader: iphdr, SrcPort: sport}
+		on.handleInPlace(q, &rx, request)
+		return
+	}
 	v := d.rxPool.Get().(*rxItem)
 	if len(tp)+len(iphdr) > len(v.buf) {
 		d.putRx(v)
@@ -92,7 +100,7 @@ func (d *Device) ingress(tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 		d.ctr.Inc(transport.RcvdDropped)
 		return
 	}
-	v.q, v.request = q, pkt.Op.Flags&wire.FlagRequest != 0
+	v.q, v.request = q, request
 	q.w.enqueue(v)
 }
 

@@ -3,8 +3,11 @@ package nic
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/clock"
 )
@@ -27,6 +30,13 @@ type worker struct {
 	wake chan struct{} // cap 1: something was queued
 	stop chan struct{}
 	done chan struct{}
+
+	// rcv, if set, is the link this worker reads itself (attachPoller):
+	// it polls it every pass and sleeps in its Wait, and anyone who queues
+	// work while the worker sleeps there wakes it (sleeping).
+	rcv      atomic.Pointer[netstack.RxPoller]
+	sleeping atomic.Bool
+	onErr    func(error) // worker-owned: the link failed
 
 	mu    sync.Mutex
 	inbox []*rxItem // +checklocks:mu
@@ -61,11 +71,19 @@ func newWorker(d *Device) *worker {
 	return w
 }
 
-// signal wakes the worker if it sleeps (or will look again before it does).
+// signal wakes the worker if it sleeps (or will look again before it
+// does): a channel send, and a link Wake only when the worker sleeps in
+// the link's Wait (it sets sleeping, then looks at its queues again, so a
+// signal that misses the flag is seen by that look).
 func (w *worker) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
+	}
+	if w.sleeping.Load() {
+		if r := w.rcv.Load(); r != nil {
+			r.Wake()
+		}
 	}
 }
 
@@ -113,14 +131,21 @@ func (w *worker) run(c call) {
 // close stops the worker after the pass it is in.
 func (w *worker) close() {
 	close(w.stop)
+	if r := w.rcv.Load(); r != nil {
+		r.Wake()
+	}
 	<-w.done
 }
 
 func (w *worker) loop() {
 	defer close(w.done)
 	for {
-		if !w.take() {
-			if !w.sleep() {
+		took := w.take()
+		if w.pollLink() > 0 {
+			took = true
+		}
+		if !took {
+			if !w.idle() {
 				w.drainCallsAtStop()
 				return
 			}
@@ -128,6 +153,107 @@ func (w *worker) loop() {
 		}
 		w.pass()
 	}
+}
+
+// attachPoller makes the worker read the link itself; onErr learns once
+// that the link failed (the worker then stops reading it).
+func (w *worker) attachPoller(p *netstack.RxPoller, onErr func(error)) {
+	w.run(call{f: func() {
+		w.onErr = onErr
+		w.rcv.Store(p)
+	}})
+}
+
+// pollLink reads one batch of ready frames and gives each RoCEv2 packet to
+// the engine at once, in the link's buffer, for the QPs this worker owns
+// (ingress copies the others' to their worker). It returns the frames read.
+func (w *worker) pollLink() int {
+	r := w.rcv.Load()
+	if r == nil {
+		return 0
+	}
+	n, err := r.Poll(w.deliver)
+	if err != nil {
+		w.linkFailed(err)
+	}
+	return n
+}
+
+// deliver is the poller's Deliver: the device's ingress, on this worker.
+func (w *worker) deliver(pkts []netstack.RxPacket) {
+	for i := range pkts {
+		p := &pkts[i]
+		w.d.ingress(w, p.Transport, p.IPHeader, gid.FromAddr(p.Src), gid.FromAddr(p.Dst), p.SrcPort)
+	}
+}
+
+// handleInPlace runs the engine on a packet of a QP this worker owns, while
+// the packet is still in the link's buffer.
+func (w *worker) handleInPlace(q *QP, rx *transport.RxPacket, request bool) {
+	if q.gone {
+		return
+	}
+	if request {
+		q.drainRecv(&w.rwr)
+		q.tq.HandleRequest(rx)
+		w.touch(q, false, true)
+		return
+	}
+	q.tq.HandleResponse(rx)
+	w.touch(q, true, false)
+}
+
+func (w *worker) linkFailed(err error) {
+	w.rcv.Store(nil)
+	if w.onErr != nil {
+		w.onErr(err)
+		w.onErr = nil
+	}
+}
+
+// idle sleeps until there is work: in the link's Wait when the worker
+// reads a link, else on its channel.
+func (w *worker) idle() bool {
+	r := w.rcv.Load()
+	if r == nil {
+		return w.sleep()
+	}
+	select {
+	case <-w.stop:
+		return false
+	default:
+	}
+	w.sleeping.Store(true)
+	if w.queued() {
+		w.sleeping.Store(false)
+		return true
+	}
+	timeout := time.Duration(-1)
+	if next, ok := w.timers.next(); ok {
+		timeout = max(next.Sub(w.d.clock.Now()), 0)
+	}
+	err := r.Wait(timeout)
+	w.sleeping.Store(false)
+	if err != nil {
+		w.linkFailed(err)
+	}
+	select {
+	case <-w.wake: // taken by this wake-up
+	default:
+	}
+	select {
+	case <-w.stop:
+		return false
+	default:
+		return true
+	}
+}
+
+// queued reports whether anything waits for the worker.
+func (w *worker) queued() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inbox)+len(w.ready)+len(w.calls) > 0
 }
 
 // take swaps the queues for the worker's own buffers; false: nothing queued

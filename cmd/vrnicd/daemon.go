@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -164,7 +165,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	go func() { d.runDone <- d.st.Run(ctx) }()
+	d.startReceive(ctx)
 
 	d.capG.set(cfg.SocketGID)
 	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, d.capG.get, d.log, cfg)
@@ -185,6 +186,27 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.log.Info("vrnicd ready", d.summary()...)
 	d.notify(sd.SdNotifyReady)
 	return d, nil
+}
+
+// startReceive has the device's worker read the link itself where the link
+// can be polled (raw and TAP: run to completion, no hand-off between the
+// reader and the engine), else the netstack's reader goroutine. Either way
+// runDone reports the link's end: an error, or nil once ctx is done.
+func (d *daemon) startReceive(ctx context.Context) {
+	p, ok := d.st.RxPoller()
+	if !ok {
+		go func() { d.runDone <- d.st.Run(ctx) }()
+		return
+	}
+	var once sync.Once
+	report := func(err error) {
+		once.Do(func() { d.runDone <- err })
+	}
+	d.dev.AttachPoller(p, report)
+	go func() {
+		<-ctx.Done()
+		report(nil)
+	}()
 }
 
 // startMetrics serves --metrics, if given.

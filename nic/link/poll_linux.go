@@ -118,13 +118,14 @@ func wakeFile(f *os.File, wake *atomic.Bool) {
 	_ = f.SetReadDeadline(time.Unix(1, 0))
 }
 
-// pollIn reports whether fd has input queued, without waiting.
+// pollIn reports whether fd has input queued, or an error a read would
+// return (the interface went away: POLLERR), without waiting.
 func pollIn(rc syscall.RawConn) bool {
 	ready := false
 	_ = rc.Control(func(fd uintptr) {
 		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		n, err := unix.Poll(p, 0)
-		ready = err == nil && n > 0 && p[0].Revents&unix.POLLIN != 0
+		ready = err == nil && n > 0 && p[0].Revents&(unix.POLLIN|unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0
 	})
 	return ready
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netns"
 
@@ -260,24 +261,17 @@ func (s *Stack) Resolve(ip netip.Addr) {
 // handles every frame: ARP/ND/echo in TAP mode, RoCEv2 to Deliver. On
 // cancellation it closes the link to interrupt the blocked read. It returns
 // nil on cancellation or link close, else the link's error. Run must be
-// called once.
+// called once. A datapath worker that reads the link itself uses RxPoller
+// instead.
 func (s *Stack) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.link.Close() })
 	defer stop()
 	if s.cfg.Mode == ModeTAP {
 		s.announce()
 	}
-	n := s.link.BatchSize()
-	bufs := make([][]byte, n)
-	sizes := make([]int, n)
-	for i := range bufs {
-		// Room for a VLAN tag's worth of slack beyond the MTU so an
-		// oversized frame shows as oversized, not truncated.
-		bufs[i] = make([]byte, link.EthernetHeaderLen+s.mtu+4)
-	}
-	rx := make([]RxPacket, 0, n)
+	r := s.newReceiver()
 	for {
-		k, err := s.link.Read(bufs, sizes, 0)
+		k, err := s.link.Read(r.bufs, r.sizes, 0)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
@@ -287,18 +281,87 @@ func (s *Stack) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		rx = rx[:0]
-		for i := range k {
-			s.ctr.FramesIn.Add(1)
-			if pkt, ok := s.input(bufs[i][:sizes[i]]); ok {
-				rx = append(rx, pkt)
-			}
-		}
-		if len(rx) > 0 && s.cfg.Deliver != nil {
-			s.cfg.Deliver(rx)
-		}
+		r.handle(k, s.cfg.Deliver)
 	}
 }
+
+// receiver holds the buffers of one reader of the link.
+type receiver struct {
+	s     *Stack
+	bufs  [][]byte
+	sizes []int
+	rx    []RxPacket
+}
+
+func (s *Stack) newReceiver() *receiver {
+	n := s.link.BatchSize()
+	r := &receiver{s: s, bufs: make([][]byte, n), sizes: make([]int, n), rx: make([]RxPacket, 0, n)}
+	for i := range r.bufs {
+		// Room for a VLAN tag's worth of slack beyond the MTU so an
+		// oversized frame shows as oversized, not truncated.
+		r.bufs[i] = make([]byte, link.EthernetHeaderLen+s.mtu+4)
+	}
+	return r
+}
+
+// handle takes k frames just read: control traffic is answered, RoCEv2
+// packets go to deliver in one batch, valid until it returns.
+func (r *receiver) handle(k int, deliver func([]RxPacket)) {
+	r.rx = r.rx[:0]
+	for i := range k {
+		r.s.ctr.FramesIn.Add(1)
+		if pkt, ok := r.s.input(r.bufs[i][:r.sizes[i]]); ok {
+			r.rx = append(r.rx, pkt)
+		}
+	}
+	if len(r.rx) > 0 && deliver != nil {
+		deliver(r.rx)
+	}
+}
+
+// RxPoller is the receive side of the stack for a run-to-completion worker
+// that owns the link's reads (a link.Poller: raw and TAP links): Poll
+// takes what is ready without waiting, Wait sleeps until a frame is ready,
+// Wake ends the sleep from any goroutine. One goroutine polls.
+type RxPoller struct {
+	r *receiver
+	p link.Poller
+}
+
+// RxPoller returns the stack's poller, or false if its link cannot be
+// polled (Run serves it then). In TAP mode it announces the stack's
+// addresses first, as Run does when it starts.
+func (s *Stack) RxPoller() (*RxPoller, bool) {
+	p, ok := s.link.(link.Poller)
+	if !ok {
+		return nil, false
+	}
+	if s.cfg.Mode == ModeTAP {
+		s.announce()
+	}
+	return &RxPoller{r: s.newReceiver(), p: p}, true
+}
+
+// Poll reads one batch of the frames ready, answers control traffic and
+// hands the RoCEv2 packets to deliver (on the caller; valid until it
+// returns). It returns the frames read, 0 when none was ready.
+func (p *RxPoller) Poll(deliver func([]RxPacket)) (int, error) {
+	k, err := p.p.TryRead(p.r.bufs, p.r.sizes, 0)
+	if k > 0 {
+		p.r.handle(k, deliver)
+	}
+	return k, err
+}
+
+// Wait sleeps until a frame is ready, timeout passes (negative: no limit)
+// or Wake is called.
+func (p *RxPoller) Wait(timeout time.Duration) error {
+	_, err := p.p.WaitReadable(timeout)
+	return err
+}
+
+// Wake ends a Wait in progress, or else the next one.
+func (p *RxPoller) Wake() { p.p.Wake() }
 
 // Close stops timers and (raw mode) the netlink watchers and guard
 // sockets. It does not close the link, which belongs to the caller.
