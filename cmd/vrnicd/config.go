@@ -48,7 +48,9 @@ type fileConfig struct {
 	LogFormat   *string  `toml:"log_format"`
 	Pcap        *string  `toml:"pcap"`
 	// Operations (issue 17).
-	Metrics *string `toml:"metrics"`
+	Metrics            *string `toml:"metrics"`
+	CaptureMaxReaders  *int    `toml:"capture_max_readers"`
+	CaptureReaderBytes *int    `toml:"capture_reader_bytes"`
 
 	MaxConnections        *int        `toml:"max_connections"`
 	MaxConnectionsPerUser *int        `toml:"max_connections_per_user"`
@@ -93,6 +95,7 @@ type rawConfig struct {
 	ip                                                               setting[[]string]
 	mtu                                                              setting[int]
 	metrics                                                          setting[string]
+	captureReaders, captureBytes                                     setting[int]
 
 	maxConns, maxConnsPerUser setting[int]
 	helloTimeout              setting[string]
@@ -126,6 +129,9 @@ type Config struct {
 	LogFormat string // "text" or "json"
 	Pcap      string
 	Metrics   string // --metrics: "host:port" or "unix:PATH"; "" for none
+	// Live captures (vrnicctl capture): readers at once, and bytes of
+	// frames queued for each before frames are dropped; 0: the defaults.
+	CaptureMaxReaders, CaptureReaderBytes int
 
 	// What clients may hold and how they connect (server.Config); zero
 	// values are the server's defaults.
@@ -163,6 +169,12 @@ func loadFile(path string, raw *rawConfig) error {
 	str(&raw.logFormat, fc.LogFormat, "log_format")
 	str(&raw.pcap, fc.Pcap, "pcap")
 	str(&raw.metrics, fc.Metrics, "metrics")
+	if fc.CaptureMaxReaders != nil {
+		raw.captureReaders = setting[int]{*fc.CaptureMaxReaders, in("capture_max_readers")}
+	}
+	if fc.CaptureReaderBytes != nil {
+		raw.captureBytes = setting[int]{*fc.CaptureReaderBytes, in("capture_reader_bytes")}
+	}
 	if fc.IP != nil {
 		raw.ip = setting[[]string]{fc.IP, in("ip")}
 	}
@@ -197,12 +209,14 @@ func loadClientLimits(fc *fileConfig, raw *rawConfig, in func(string) string) {
 // validateClientLimits checks the connection and quota keys.
 func (raw *rawConfig) validateClientLimits(c *Config) error {
 	for _, v := range []struct {
-		s   setting[int]
-		dst *int
-	}{{raw.maxConns, &c.MaxConns}, {raw.maxConnsPerUser, &c.MaxConnsPerUser}} {
+		s        setting[int]
+		dst      *int
+		min, max int
+	}{{raw.maxConns, &c.MaxConns, 1, 1 << 20}, {raw.maxConnsPerUser, &c.MaxConnsPerUser, 1, 1 << 20},
+		{raw.captureReaders, &c.CaptureMaxReaders, 1, 256}, {raw.captureBytes, &c.CaptureReaderBytes, 1 << 16, 1 << 30}} {
 		if v.s.set() {
-			if v.s.v < 1 || v.s.v > 1<<20 {
-				return v.s.errorf("%d is out of range (1..%d)", v.s.v, 1<<20)
+			if v.s.v < v.min || v.s.v > v.max {
+				return v.s.errorf("%d is out of range (%d..%d)", v.s.v, v.min, v.max)
 			}
 			*v.dst = v.s.v
 		}

@@ -85,7 +85,7 @@ func newLogger(format string, w io.Writer, level *slog.LevelVar) slog.Handler {
 // the accept loop; READY=1 goes to systemd when all of it is up. On error
 // everything already opened is closed again.
 func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
-	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, hub: &capture.Hub{}, runDone: make(chan error, 1)}
+	d := &daemon{opts: o, cfg: cfg, level: new(slog.LevelVar), pcap: &pcapTap{}, hub: &capture.Hub{MaxSubs: cfg.CaptureMaxReaders, MaxBytes: cfg.CaptureReaderBytes}, runDone: make(chan error, 1)}
 	d.level.Set(cfg.LogLevel)
 	gate := newGate(newLogger(cfg.LogFormat, stderr, d.level))
 	d.log = slog.New(gate)
@@ -172,7 +172,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.startMetrics(srv.Clients); err != nil {
+	if err := d.startMetrics(srv); err != nil {
 		return nil, err
 	}
 	d.sess = newSessions(sock.ln, srv, d.log)
@@ -210,12 +210,12 @@ func (d *daemon) startReceive(ctx context.Context) {
 }
 
 // startMetrics serves --metrics, if given.
-func (d *daemon) startMetrics(clients func() int) error {
+func (d *daemon) startMetrics(srv connServer) error {
 	if d.cfg.Metrics == "" {
 		return nil
 	}
 	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.st.Counters().Each,
-		Daemon: d.daemonCounters, Clients: clients}, d.log)
+		Daemon: d.daemonCounters, Clients: srv.Clients, Objects: srv.Objects}, d.log)
 	if err != nil {
 		return err
 	}

@@ -140,6 +140,16 @@ func TestMetrics(t *testing.T) {
 	if v, _ := series(after, "vrnicd_clients", nil); v != 1 {
 		t.Errorf("vrnicd_clients = %v, want 1", v)
 	}
+	// The client's objects: one QP, at least a PD and CQs, and the memory
+	// its rings and buffer map.
+	for kind, least := range map[string]float64{"qp": 1, "pd": 1, "cq": 1} {
+		if v, _ := series(after, "vrnicd_client_objects", map[string]string{"kind": kind}); v < least {
+			t.Errorf("vrnicd_client_objects{kind=%s} = %v, want >= %v", kind, v, least)
+		}
+	}
+	if v, _ := series(after, "vrnicd_client_memory_bytes", map[string]string{"kind": "mapped"}); v <= 0 {
+		t.Errorf("vrnicd_client_memory_bytes{kind=mapped} = %v", v)
+	}
 
 	if err := a.qp.Destroy(); err != nil {
 		t.Fatal(err)
@@ -152,6 +162,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if v, _ := series(gone, "vrnicd_qps", map[string]string{"type": "RC"}); v != 0 {
 		t.Errorf("vrnicd_qps{type=RC} = %v after the destroy", v)
+	}
+	if v, _ := series(gone, "vrnicd_client_objects", map[string]string{"kind": "qp"}); v != 0 {
+		t.Errorf("vrnicd_client_objects{kind=qp} = %v after the destroy", v)
 	}
 	if sent, _ := series(gone, "vrnicd_sent_pkts_total", nil); sent < sent0+5 {
 		t.Errorf("the device total %v lost the destroyed QP's packets", sent)

@@ -21,6 +21,7 @@ type connServer interface {
 	Shutdown(ctx context.Context) error
 	Broadcast(ev verbsock.EventType, port uint32)
 	Clients() int
+	Objects(yield func(kind string, n uint64))
 }
 
 // newConnServer returns the client protocol's server for dev; port adds

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,6 +34,9 @@ type Source struct {
 	Daemon CounterFunc
 	// Clients is the number of connected clients; nil exports none.
 	Clients func() int
+	// Objects are what the clients hold, by kind (pd, cq, qp, srq, mr,
+	// mw, ah, mem; *_bytes in bytes); nil exports none.
+	Objects CounterFunc
 }
 
 // Collector is a prometheus.Collector over a Source.
@@ -45,6 +49,8 @@ type Collector struct {
 	daemon    map[string]*prometheus.Desc
 	qps       *prometheus.Desc
 	clients   *prometheus.Desc
+	objects   *prometheus.Desc
+	objBytes  *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -82,6 +88,13 @@ func New(src Source) *Collector {
 	if src.Clients != nil {
 		c.clients = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "clients"), "Connected client processes.", nil, dl)
 	}
+	if src.Objects != nil {
+		c.objects = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "client_objects"),
+			"Objects the clients hold, by kind (pd, cq, qp, srq, mr, mw, ah, mem).", []string{"kind"}, dl)
+		c.objBytes = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "client_memory_bytes"),
+			"Daemon memory the clients' objects cost (mapped: memfds mapped and private per-QP memory; registered: bytes in MRs).",
+			[]string{"kind"}, dl)
+	}
 	return c
 }
 
@@ -113,6 +126,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.qps
 	if c.clients != nil {
 		ch <- c.clients
+	}
+	if c.objects != nil {
+		ch <- c.objects
+		ch <- c.objBytes
 	}
 }
 
@@ -153,6 +170,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.clients != nil {
 		ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(c.src.Clients()))
+	}
+	if c.objects != nil {
+		c.src.Objects(func(kind string, v uint64) {
+			if b, ok := strings.CutSuffix(kind, "_bytes"); ok {
+				ch <- prometheus.MustNewConstMetric(c.objBytes, prometheus.GaugeValue, float64(v), b)
+				return
+			}
+			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(v), kind)
+		})
 	}
 	c.collectQPs(ch)
 }

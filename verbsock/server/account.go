@@ -121,6 +121,29 @@ func (a *account) idle() bool {
 	return a.conns == 0 && a.used == [nRes]uint64{}
 }
 
+// objectKinds name the counted resources for Objects, as the metrics
+// label them.
+var objectKinds = [nRes]string{"pd", "cq", "qp", "srq", "mr", "mw", "ah", "mem", "mapped_bytes", "registered_bytes"}
+
+// Objects calls yield with what all clients hold now, by kind (PDs, CQs,
+// QPs, SRQs, MRs, MWs, AHs, memory objects, and the bytes of daemon memory
+// and of registrations they cost): the sum of every user's account.
+func (s *Server) Objects(yield func(kind string, n uint64)) {
+	var sum [nRes]uint64
+	s.mu.Lock()
+	for _, a := range s.users {
+		a.mu.Lock()
+		for i, v := range a.used {
+			sum[i] += v
+		}
+		a.mu.Unlock()
+	}
+	s.mu.Unlock()
+	for i, v := range sum {
+		yield(objectKinds[i], v)
+	}
+}
+
 // Used is what the connections of uid hold now (for tests and tools): the
 // same fields as Limits.
 func (s *Server) Used(uid uint32) verbsock.Limits {
