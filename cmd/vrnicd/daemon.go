@@ -251,7 +251,11 @@ func (d *daemon) openLink() error {
 		return &configError{fmt.Sprintf("--mtu %d does not match %s's MTU %d: in raw mode the interface's MTU rules (change it with 'ip link set %s mtu %d', or drop mtu)",
 			cfg.MTU, cfg.Iface, ifi.MTU, cfg.Iface, cfg.MTU)}
 	}
-	r, err := link.OpenRaw(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter()})
+	// A TPACKET_V2 receive ring: the kernel hands each frame over at once
+	// (V3 holds a block until it fills or times out, which costs latency),
+	// and the ring, unlike recvmmsg's socket buffer, keeps up with the
+	// link (vrnic-linkbench; README "Performance").
+	r, err := link.OpenRaw(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter(), Ring: &link.RingConfig{Version: 2}})
 	if err != nil {
 		if isPerm(err) {
 			return fmt.Errorf("raw mode on %s needs CAP_NET_RAW (run vrnicd as root or give it that capability): %v", cfg.Iface, syscall.EPERM)

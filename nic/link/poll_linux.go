@@ -54,7 +54,39 @@ func (r *Raw) copyRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 		sizes[n] = copy(bufs[n][offset:], f)
 		n++
 	})
+	if n == 0 && err == nil && r.errPending.Swap(false) {
+		err = r.sockErr() // the wait saw an error on the socket, not a frame
+	}
 	return n, err
+}
+
+// sockErr takes the socket's pending error (the interface went away:
+// ENETDOWN), which a ring, unlike recvmmsg, does not report by itself.
+func (r *Raw) sockErr() error {
+	if !pollErr(r.rc) {
+		return nil
+	}
+	var soErr int
+	var gerr error
+	_ = r.rc.Control(func(fd uintptr) { soErr, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR) })
+	switch {
+	case gerr != nil:
+		return r.fdErr(gerr)
+	case soErr != 0:
+		return r.fdErr(unix.Errno(soErr))
+	}
+	return nil
+}
+
+// pollErr reports whether fd has an error or hang-up pending.
+func pollErr(rc syscall.RawConn) bool {
+	bad := false
+	_ = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p, 0)
+		bad = err == nil && n > 0 && p[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0
+	})
+	return bad
 }
 
 // readRing is Read over the ring: TryRead, and sleep while it finds nothing.
@@ -138,7 +170,14 @@ func (r *Raw) readable() bool {
 	if r.ring != nil {
 		r.ringMu.RLock()
 		defer r.ringMu.RUnlock()
-		return !r.closed.Load() && r.ring.ready()
+		if !r.closed.Load() && r.ring.ready() {
+			return true
+		}
+		if pollErr(r.rc) {
+			r.errPending.Store(true) // for the TryRead that follows
+			return true
+		}
+		return false
 	}
 	return pollIn(r.rc)
 }

@@ -56,14 +56,16 @@ type RawConfig struct {
 //
 // MTU and HardwareAddr are read once, at OpenRaw.
 type Raw struct {
-	name    string
-	ifindex int
-	mac     net.HardwareAddr
-	mtu     int
-	batch   int
-	f       *os.File
-	rc      syscall.RawConn
-	closed  atomic.Bool
+	// errPending: a wait on the ring found an error on the socket.
+	errPending atomic.Bool
+	name       string
+	ifindex    int
+	mac        net.HardwareAddr
+	mtu        int
+	batch      int
+	f          *os.File
+	rc         syscall.RawConn
+	closed     atomic.Bool
 
 	ring   rxRing       // nil: recvmmsg
 	ringMu sync.RWMutex // readers hold it shared; Close unmaps under it
