@@ -79,6 +79,7 @@ type Device struct {
 	env    transport.Env
 	out    output
 	rxPool sync.Pool
+	gsi    gsi // QP1 (gsi.go)
 
 	mu      sync.RWMutex
 	qps     map[uint32]*QP // +checklocks:mu

@@ -48,6 +48,10 @@ func (d *Device) ingress(tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 		d.ctr.Inc(transport.RcvdDropped)
 		return
 	}
+	if qpn == GSIQPN {
+		d.gsiInput(&pkt, iphdr, src, dst)
+		return
+	}
 	d.mu.RLock()
 	q := d.qps[qpn]
 	d.mu.RUnlock()

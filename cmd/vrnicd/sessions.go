@@ -24,9 +24,16 @@ type connServer interface {
 
 // newConnServer returns the client protocol's server for dev; port adds
 // the port's counters (netstack.Counters.Each) to the device's in
-// query_stats (icrc_errors is counted there).
+// query_stats (icrc_errors is counted there), and QP1's (cm_rx_req, ...)
+// follow them.
 func newConnServer(dev *nic.Device, port server.CounterFunc, log *slog.Logger) (connServer, error) {
-	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: port})
+	extra := func(yield func(string, uint64)) {
+		if port != nil {
+			port(yield)
+		}
+		dev.GSICounters(yield)
+	}
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: extra})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close
