@@ -199,7 +199,7 @@ func (d *Device) SendMAD(m *MAD) error {
 	from := m.From.Unmap()
 	if !from.IsValid() {
 		var ok bool
-		if from, ok = d.sourceFor(to); !ok {
+		if from, ok = d.SourceFor(to); !ok {
 			return fmt.Errorf("%w: no local address of %v's family", ErrMAD, to)
 		}
 	}
@@ -238,9 +238,9 @@ func (d *Device) SendMAD(m *MAD) error {
 	return nil
 }
 
-// sourceFor picks the port's first GID of to's family that is not link-local
+// SourceFor picks the port's first GID of to's family that is not link-local
 // unless to is.
-func (d *Device) sourceFor(to netip.Addr) (netip.Addr, bool) {
+func (d *Device) SourceFor(to netip.Addr) (netip.Addr, bool) {
 	var fallback netip.Addr
 	for _, e := range d.gids.Entries() {
 		a := e.GID.Addr()
