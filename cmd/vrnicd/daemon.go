@@ -19,6 +19,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/netstack"
@@ -48,6 +49,7 @@ type daemon struct {
 	lnk  link.Link
 	st   *netstack.Stack
 	dev  *nic.Device
+	cma  *cmagent.Agent // rdma_cm over QP1
 	gids *gid.Table
 	pcap *pcapTap
 
@@ -161,7 +163,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cancel = cancel
 	go func() { d.runDone <- d.st.Run(ctx) }()
 
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.log)
+	d.cma = cmagent.New(d.dev, cmagent.Config{Log: d.log.With("device", cfg.Name, "role", "cm")})
+	undo = append(undo, d.cma.Close)
+	srv, err := newConnServer(d.dev, d.cma, d.st.Counters().Each, d.log)
 	if err != nil {
 		return nil, err
 	}
@@ -355,6 +359,7 @@ func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
 			d.log.Warn("client sessions did not end in time", "clients", d.sess.count())
 		}
 		step.Store("closing the device")
+		d.cma.Close()
 		d.dev.Close()
 		step.Store("stopping the netstack")
 		d.cancel()

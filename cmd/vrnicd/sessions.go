@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
@@ -22,18 +23,19 @@ type connServer interface {
 	Clients() int
 }
 
-// newConnServer returns the client protocol's server for dev; port adds
+// newConnServer returns the client protocol's server for dev (rdma_cm
+// through cma); port adds
 // the port's counters (netstack.Counters.Each) to the device's in
 // query_stats (icrc_errors is counted there), and QP1's (cm_rx_req, ...)
 // follow them.
-func newConnServer(dev *nic.Device, port server.CounterFunc, log *slog.Logger) (connServer, error) {
+func newConnServer(dev *nic.Device, cma *cmagent.Agent, port server.CounterFunc, log *slog.Logger) (connServer, error) {
 	extra := func(yield func(string, uint64)) {
 		if port != nil {
 			port(yield)
 		}
 		dev.GSICounters(yield)
 	}
-	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: extra})
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: extra, CM: cma})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close

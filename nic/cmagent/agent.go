@@ -27,6 +27,7 @@ import (
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/transport/mem"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
 )
 
 // Config configures New. Zero fields take defaults.
@@ -45,8 +46,11 @@ type Event struct {
 }
 
 // Handler takes the events of a listener or connection. It runs with the
-// agent's lock held: it must not block nor call the Agent.
-type Handler func(Event)
+// agent's lock held: it must not block nor call the Agent. It returns false
+// to refuse a connect request (its consumer has no room for it): the agent
+// rejects it (REJ reason 28, as rdma_cm does when a listener's handler
+// fails). For other events the result does not matter.
+type Handler func(Event) bool
 
 // Counters count what the agent itself did; the Table's are in
 // Agent.TableCounters, the MADs by kind in nic.Device.GSICounters.
@@ -211,8 +215,18 @@ func (a *Agent) learn(peer, local netip.Addr) {
 }
 
 // flush does what the Table's output asks, in its order: QP transitions,
-// MADs, events (with the lock held).
+// MADs, events (with the lock held). A refused connect request adds a REJ
+// to the output while events are delivered: a second round sends it.
 func (a *Agent) flush() {
+	for range 2 {
+		if len(a.out.Modify)+len(a.out.Sends)+len(a.out.Events) == 0 {
+			return
+		}
+		a.flushOnce()
+	}
+}
+
+func (a *Agent) flushOnce() {
 	for _, m := range a.out.Modify {
 		if err := a.modify(m); err != nil {
 			a.ctr.ModifyErrors.Add(1)
@@ -251,8 +265,12 @@ func (a *Agent) deliver(ev cm.Event) {
 	if !live {
 		delete(a.conns, ev.ID)
 	}
-	if h != nil {
-		h(Event{Event: ev, Conn: c})
+	if h == nil {
+		return
+	}
+	if !h(Event{Event: ev, Conn: c}) && ev.Kind == cm.EventConnectRequest && live {
+		delete(a.conns, ev.ID)
+		_ = a.tab.Reject(ev.ID, mad.RejConsumerDefined, nil, nil, &a.out)
 	}
 }
 

@@ -66,12 +66,13 @@ func (s *side) newQP(t *testing.T) *nic.QP {
 
 // handler queues events for the test; it never blocks the agent.
 func (s *side) handler(t *testing.T) cmagent.Handler {
-	return func(e cmagent.Event) {
+	return func(e cmagent.Event) bool {
 		select {
 		case s.ev <- e:
 		default:
 			t.Errorf("event queue full: %v lost", e.Kind)
 		}
+		return true
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
@@ -66,14 +67,19 @@ type Config struct {
 	// counters; one with a transport counter's name (icrc_errors) adds to
 	// it. Names are 1..32 bytes, and at most 64 counters in all.
 	ExtraCounters CounterFunc
+	// CM, if set, serves the rdma_cm operations (cm.go); CMLimits bound
+	// each client's listeners and connections.
+	CM       *cmagent.Agent
+	CMLimits CMLimits
 }
 
 // Server serves verbsock connections.
 type Server struct {
-	cfg    Config
-	dev    Device
-	log    *slog.Logger
-	limits verbsock.Limits
+	cfg      Config
+	dev      Device
+	log      *slog.Logger
+	limits   verbsock.Limits
+	cmLimits CMLimits
 
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
@@ -128,7 +134,7 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxMRBytes == 0 {
 		l.MaxMRBytes = d.MaxMRBytes
 	}
-	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l,
+	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l, cmLimits: cfg.CMLimits.withDefaults(),
 		conns: map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.sweeper()
