@@ -15,6 +15,7 @@ import (
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/server"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
@@ -259,5 +260,45 @@ func TestCMClientGone(t *testing.T) {
 	var rej *verbs.RejectedError
 	if !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidService {
 		t.Fatalf("dial after the listener's client left: %v, want REJ reason 8", err)
+	}
+}
+
+// TestCMLimits: a client's listeners and connections are bounded; a
+// connect request past its limit is rejected (REJ 28) without reaching it.
+func TestCMLimits(t *testing.T) {
+	ce := newCMEnv(t)
+	srv, err := server.New(server.Config{Device: ce.ds[1].Host.Dev, CM: ce.ds[1].CM,
+		CMLimits: server.CMLimits{MaxListens: 1, MaxConns: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	e := &env{t: t}
+	d := e.dial(srv)
+	l, err := d.Listen(ce.serverAddr(7000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Listen(ce.serverAddr(7001)); !errors.Is(err, syscall.EDQUOT) {
+		t.Errorf("second listener: %v, want EDQUOT", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The first request is held (not answered); the second finds the
+	// client at its limit.
+	go func() { _, _ = ce.cli.Dial(ctx, ce.serverAddr(7000), ce.a.qp, verbs.ConnParams{}) }()
+	if _, _, err := l.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	qp2 := newSide(t, ce.cli, ce.ds[0].Host, verbs.QPTypeRC, nil, ce.a.pd)
+	_, err = ce.cli.Dial(ctx, ce.serverAddr(7000), qp2.qp, verbs.ConnParams{})
+	var rej *verbs.RejectedError
+	if !errors.As(err, &rej) || rej.Reason != verbs.RejectConsumerDefined {
+		t.Fatalf("request past the listener's client's limit: %v, want REJ 28", err)
+	}
+	select {
+	case ev := <-l.Events():
+		t.Errorf("a refused request reached the client: %v", ev.Type)
+	default:
 	}
 }
