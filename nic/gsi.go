@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync/atomic"
 
@@ -255,4 +256,35 @@ func (d *Device) SourceFor(to netip.Addr) (netip.Addr, bool) {
 		}
 	}
 	return fallback, fallback.IsValid()
+}
+
+// neighborTable is a port that keeps a neighbour table (*netstack.Stack).
+type neighborTable interface {
+	Neighbor(ip netip.Addr) (net.HardwareAddr, bool)
+}
+
+// NeighborKnown reports whether packets to ip can leave at once: it is one
+// of the port's own addresses, or a neighbour the port has resolved (a port
+// without a neighbour table counts as knowing every one).
+func (d *Device) NeighborKnown(ip netip.Addr) bool {
+	if d.isLocal(gid.FromAddr(ip)) {
+		return true
+	}
+	p := d.port.Load()
+	if p == nil {
+		return false
+	}
+	if n, ok := p.s.(neighborTable); ok {
+		_, known := n.Neighbor(ip)
+		return known
+	}
+	return true
+}
+
+// ResolveNeighbor starts resolving ip's link address on the port (ARP or
+// ND), as rdma_resolve_addr does.
+func (d *Device) ResolveNeighbor(ip netip.Addr) {
+	if p := d.port.Load(); p != nil && !d.isLocal(gid.FromAddr(ip)) {
+		p.s.Resolve(ip)
+	}
 }

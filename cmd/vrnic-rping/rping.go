@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vrnic/vrnicd/verbsock/verbs"
@@ -259,6 +260,8 @@ func (c *cb) cmError(err error) error {
 	switch {
 	case errors.As(err, &rej):
 		c.printf(c.errw, "cma event RDMA_CM_EVENT_REJECTED, error %d\n", rej.Reason)
+	case errors.Is(err, syscall.EHOSTUNREACH):
+		c.printf(c.errw, "cma event RDMA_CM_EVENT_ADDR_ERROR, error -110\n")
 	case errors.Is(err, verbs.ErrUnreachable):
 		c.printf(c.errw, "cma event RDMA_CM_EVENT_UNREACHABLE, error -110\n")
 	default:

@@ -36,6 +36,9 @@ type Config struct {
 	Clock   transport.Clock // nil: the system clock
 	Log     *slog.Logger
 	RxQueue int // received MADs waiting for the agent; default 256, more are dropped and counted
+	// ResolveTimeout bounds Connect's address resolution (rping gives
+	// rdma_resolve_addr 2000 ms); default 2 s.
+	ResolveTimeout time.Duration
 }
 
 // Event is a cm.Event with a copy of its connection as the Table had it
@@ -71,6 +74,8 @@ type Agent struct {
 	wg    sync.WaitGroup
 	ctr   Counters
 
+	resolveTimeout time.Duration
+
 	mu     sync.Mutex
 	tab    *cm.Table
 	out    cm.Output
@@ -94,6 +99,9 @@ func New(dev *nic.Device, cfg Config) *Agent {
 	if cfg.RxQueue <= 0 {
 		cfg.RxQueue = 256
 	}
+	if cfg.ResolveTimeout <= 0 {
+		cfg.ResolveTimeout = 2 * time.Second
+	}
 	if cfg.CM.LocalCAGUID == 0 {
 		cfg.CM.LocalCAGUID = dev.Attr().NodeGUID
 	}
@@ -103,7 +111,7 @@ func New(dev *nic.Device, cfg Config) *Agent {
 	a := &Agent{dev: dev, clock: cfg.Clock, log: cfg.Log, rx: make(chan nic.MAD, cfg.RxQueue),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		tab: cm.NewTable(cfg.CM, cfg.Clock), lis: map[uint64]Handler{}, conns: map[uint32]Handler{},
-		local: map[netip.Addr]netip.Addr{}}
+		local: map[netip.Addr]netip.Addr{}, resolveTimeout: cfg.ResolveTimeout}
 	dev.SetCMHandler(a.input)
 	a.wg.Add(1)
 	go a.run()
@@ -354,4 +362,7 @@ func (a *Agent) pathAV(at *cm.QPAttr) (transport.AddressVector, error) {
 var (
 	ErrClosed = errors.New("cmagent: closed")
 	ErrAddr   = errors.New("cmagent: address not usable")
+	// ErrUnresolved: the destination's link address did not resolve
+	// (rdma_cm's ADDR_ERROR).
+	ErrUnresolved = errors.New("cmagent: address not resolved")
 )

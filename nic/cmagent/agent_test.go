@@ -2,7 +2,9 @@ package cmagent_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -39,7 +41,7 @@ func newSide(t *testing.T, h *nictest.Host, addr uint64) *side {
 	t.Helper()
 	s := &side{h: h, scq: transport.NewMemCQ(256, nil), rcq: transport.NewMemCQ(256, nil), addr: addr,
 		ev: make(chan cmagent.Event, 64)}
-	s.ag = cmagent.New(h.Dev, cmagent.Config{CM: fastCM})
+	s.ag = cmagent.New(h.Dev, cmagent.Config{CM: fastCM, ResolveTimeout: 300 * time.Millisecond})
 	t.Cleanup(s.ag.Close)
 	var err error
 	if s.pd, err = h.Dev.Mem().AllocPD(); err != nil {
@@ -147,7 +149,7 @@ func TestConnectWithLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	priv := []byte("hello from the active side")
-	id, err := a.ag.Connect(netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 7174), a.qp,
+	id, err := a.ag.Connect(context.Background(), netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 7174), a.qp,
 		cmagent.ConnParams{RespRes: 1, InitDepth: 1, RetryCount: 7, RNRRetry: 7, PrivateData: priv}, a.handler(t))
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +226,7 @@ func sendOne(t *testing.T, a, b *side) {
 func TestRejectUnknownService(t *testing.T) {
 	ha, hb := nictest.Pair(t, 1500)
 	a, _ := newSide(t, ha, 0x1000000), newSide(t, hb, 0x2000000)
-	if _, err := a.ag.Connect(netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 9999), a.qp, cmagent.ConnParams{}, a.handler(t)); err != nil {
+	if _, err := a.ag.Connect(context.Background(), netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 9999), a.qp, cmagent.ConnParams{}, a.handler(t)); err != nil {
 		t.Fatal(err)
 	}
 	if e := a.next(t, cm.EventRejected); e.Reason != mad.RejInvalidServiceID {
@@ -243,7 +245,7 @@ func TestRejectByConsumer(t *testing.T) {
 	if _, err := b.ag.Listen(0, 7174, hb.Addr, b.handler(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.ag.Connect(netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 7174), a.qp, cmagent.ConnParams{}, a.handler(t)); err != nil {
+	if _, err := a.ag.Connect(context.Background(), netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 7174), a.qp, cmagent.ConnParams{}, a.handler(t)); err != nil {
 		t.Fatal(err)
 	}
 	req := b.next(t, cm.EventConnectRequest)
@@ -260,4 +262,18 @@ func counters(d *nic.Device) map[string]uint64 {
 	m := map[string]uint64{}
 	d.GSICounters(func(n string, v uint64) { m[n] = v })
 	return m
+}
+
+// TestConnectUnresolved: a destination nobody answers ARP for is an
+// address error before any REQ leaves (rdma_resolve_addr's ADDR_ERROR).
+func TestConnectUnresolved(t *testing.T) {
+	ha, _ := nictest.Pair(t, 1500)
+	a := newSide(t, ha, 0x1000000)
+	_, err := a.ag.Connect(context.Background(), netip.AddrPort{}, netip.MustParseAddrPort("192.0.2.99:7174"), a.qp, cmagent.ConnParams{}, a.handler(t))
+	if !errors.Is(err, cmagent.ErrUnresolved) {
+		t.Fatalf("connect to an address nobody has: %v, want ErrUnresolved", err)
+	}
+	if c := counters(ha.Dev); c["cm_tx_req"] != 0 {
+		t.Errorf("cm_tx_req %d: a REQ left for an unresolved address", c["cm_tx_req"])
+	}
 }

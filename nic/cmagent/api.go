@@ -1,9 +1,11 @@
 package cmagent
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/transport"
@@ -62,7 +64,11 @@ type ConnParams struct {
 // address of dst's family when zero; its port, or an ephemeral one when 0.
 // The QP is taken to INIT, RTR and RTS when the REP comes. h gets the
 // connection's events.
-func (a *Agent) Connect(src, dst netip.AddrPort, qp *nic.QP, p ConnParams, h Handler) (uint32, error) {
+//
+// The destination's link address is resolved first (ARP or ND through the
+// port, rdma_resolve_addr), for at most Config.ResolveTimeout or until ctx
+// ends: ErrUnresolved if it does not answer.
+func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP, p ConnParams, h Handler) (uint32, error) {
 	typ, err := qpService(qp)
 	if err != nil {
 		return 0, err
@@ -79,6 +85,9 @@ func (a *Agent) Connect(src, dst netip.AddrPort, qp *nic.QP, p ConnParams, h Han
 		}
 	} else if _, ok := a.dev.GIDs().IndexOf(from); !ok {
 		return 0, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
+	}
+	if err := a.resolve(ctx, to); err != nil {
+		return 0, err
 	}
 	sport := src.Port()
 	if sport == 0 {
@@ -105,6 +114,27 @@ func (a *Agent) Connect(src, dst netip.AddrPort, qp *nic.QP, p ConnParams, h Han
 	a.flush()
 	a.poke()
 	return id, nil
+}
+
+// resolve waits until the port knows to's link address, polling the
+// neighbour table (netstack answers ARP and ND on its own goroutine).
+func (a *Agent) resolve(ctx context.Context, to netip.Addr) error {
+	if a.dev.NeighborKnown(to) {
+		return nil
+	}
+	a.dev.ResolveNeighbor(to)
+	ctx, cancel := context.WithTimeout(ctx, a.resolveTimeout)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !a.dev.NeighborKnown(to) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v did not answer in %v", ErrUnresolved, to, a.resolveTimeout)
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // ephemeralPort is an rdma_cm ephemeral port, from Linux's default

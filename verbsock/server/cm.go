@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"sync"
@@ -272,7 +273,7 @@ func (c *conn) cmConnect(a *cmagent.Agent, r *verbsock.CMConnectReq) (any, error
 		src = netip.AddrFrom16(r.Src).Unmap()
 	}
 	p := connParams(&r.Params, verbsock.CMConnectPrivateLen)
-	id, err := a.Connect(netip.AddrPortFrom(src, r.SrcPort), cn.peer, o.qp.Load(), p,
+	id, err := a.Connect(context.Background(), netip.AddrPortFrom(src, r.SrcPort), cn.peer, o.qp.Load(), p,
 		func(e cmagent.Event) bool { return c.cmConnEvent(cn, e) })
 	var local netip.AddrPort
 	if err == nil {
@@ -378,6 +379,8 @@ func cmErr(err error) error {
 		return errf(syscall.EBUSY, "%v", err)
 	case errors.Is(err, cm.ErrTableFull):
 		return errf(syscall.ENOMEM, "%v", err)
+	case errors.Is(err, cmagent.ErrUnresolved):
+		return errf(syscall.EHOSTUNREACH, "%v", err)
 	case errors.Is(err, cmagent.ErrAddr):
 		return errf(syscall.EADDRNOTAVAIL, "%v", err)
 	case errors.Is(err, cmagent.ErrClosed):

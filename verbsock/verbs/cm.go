@@ -193,7 +193,9 @@ func (c *Conn) QP() *QP { return c.qp }
 // Dial connects qp (RC or UC, in RESET or INIT) to the rdma_cm listener at
 // addr and waits until the connection is established, rejected
 // (*RejectedError), unreachable (ErrUnreachable) or ctx is done (then it
-// is destroyed). Private data: at most ConnectPrivateLen bytes.
+// is destroyed). An address whose link address does not resolve (ARP/ND,
+// the daemon's resolution timeout) fails at once with EHOSTUNREACH, rdma_cm's
+// ADDR_ERROR. Private data: at most ConnectPrivateLen bytes.
 func (d *Device) Dial(ctx context.Context, addr netip.AddrPort, qp *QP, p ConnParams) (*Conn, error) {
 	if qp == nil {
 		return nil, verr(verbsock.OpCMConnect, syscall.EINVAL, "no QP")
