@@ -173,3 +173,49 @@ func TestRpingUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestRpingPersistent: a -P server takes one client after another and
+// keeps running until it is stopped.
+func TestRpingPersistent(t *testing.T) {
+	ds := servertest.TwoDaemons(t, 1500)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listening := make(chan struct{}, 1)
+	onListen = func() { listening <- struct{}{} }
+	defer func() { onListen = nil }()
+	var srvOut, srvErr bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--socket", ds[1].Socket, "-s", "-P", "-v"}, &srvOut, &srvErr) }()
+	select {
+	case <-listening:
+	case err := <-done:
+		t.Fatalf("server ended: %v\n%s", err, srvErr.String())
+	}
+	for i := range 3 {
+		var o, e bytes.Buffer
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		err := run(cctx, []string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String(), "-C", "2", "-v", "-V"}, &o, &e)
+		ccancel()
+		if err != nil {
+			t.Fatalf("client %d: %v\n%s%s", i, err, o.String(), e.String())
+		}
+		checkPing(t, result{stdout: o.String()}, "ping data: ", 2, 64)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("persistent server ended after its clients: %v\n%s", err, srvErr.String())
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("persistent server stopped with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("persistent server did not stop")
+	}
+	if n := strings.Count(srvOut.String(), "server ping data: rdma-ping-"); n != 6 {
+		t.Errorf("server printed %d pings, want 6:\n%s", n, srvOut.String())
+	}
+}
