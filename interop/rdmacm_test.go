@@ -3,10 +3,12 @@ package interop_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +125,138 @@ func checkRping(t *testing.T, out, prefix string, count, size int) {
 		}
 		if want := prefix + string(s[:size-1]); lines[ping] != want {
 			t.Errorf("line %d:\n got %.90q\nwant %.90q", ping, lines[ping], want)
+		}
+	}
+}
+
+// TestInteropRpingLossyCM: the CM exchange with the kernel when MADs are
+// lost between the guest and the bridge, each lost once: REQ, REP, RTU,
+// DREQ and DREP with vrnicd the client; REQ, REP, RTU and DREP with the
+// kernel the client. The retransmissions (ours and the kernel's) still
+// connect and close. Not the kernel client's DREQ: rping destroys its ID
+// right after rdma_disconnect, and the kernel's cm_destroy_id stops
+// resending the DREQ (DREQ_SENT goes to timewait), so a lost one is never
+// sent again and the server, the kernel's rping as well as ours, waits.
+func TestInteropRpingLossyCM(t *testing.T) {
+	n := rxepeer.NewBridgeNetns(t, "192.0.2.1/24")
+	vm := rxepeer.Boot(t, rxepeer.Options{Netns: n, IP: "192.0.2.2/24", MTU: 1500, Impaired: true})
+	d := startDaemon(t, n, "vra", "192.0.2.10/24", 1500)
+	if err := n.IP("link", "set", n.Bridge, "mtu", "1500"); err != nil {
+		t.Fatal(err)
+	}
+	guest, ours := vm.IP.Addr().String(), d.addr.String()
+	lossy := func(fromGuest, toGuest []string) (from, to *cmDrops) {
+		from, to = newCMDrops(fromGuest...), newCMDrops(toGuest...)
+		vm.Impair.Set(rxepeer.FromGuest, rxepeer.Impairment{Match: isCMMAD, Decide: from.decide})
+		vm.Impair.Set(rxepeer.ToGuest, rxepeer.Impairment{Match: isCMMAD, Decide: to.decide})
+		return from, to
+	}
+	t.Run("kernel-server", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+		defer cancel()
+		job := vm.StartTimeout(fmt.Sprintf("rping -s -a %s -v -S 64", guest), 140*time.Second)
+		defer job.Kill()
+		// Until the kernel listens (REJ 8), nothing is lost.
+		so, se, exit, err := retryRejected(ctx, func() (string, string, int, error) {
+			p := startTool(t, n, d.tools.rping, "--socket", d.socket, "-c", "-a", guest, "-p", "7174", "-C", "1", "-S", "64")
+			return p.wait(ctx)
+		})
+		if err != nil || exit != 0 {
+			t.Fatalf("first vrnic-rping -c: exit %d %v\n%s%s", exit, err, so, se)
+		}
+		if _, _, kexit, kerr := job.Wait(ctx); kerr != nil || kexit != 0 {
+			t.Fatalf("kernel rping -s: exit %d %v", kexit, kerr)
+		}
+		job = vm.StartTimeout(fmt.Sprintf("rping -s -a %s -v -S 64", guest), 140*time.Second)
+		defer job.Kill()
+		time.Sleep(time.Second) // the guest's rping listens (the first REQ must not meet a REJ 8)
+		from, to := lossy([]string{"REP", "DREP"}, []string{"REQ", "RTU", "DREQ"})
+		defer vm.Impair.Clear()
+		start := time.Now()
+		p := startTool(t, n, d.tools.rping, "--socket", d.socket, "-c", "-a", guest, "-C", "3", "-S", "64", "-v", "-V")
+		so, se, exit, err = p.wait(ctx)
+		ko, ke, kexit, kerr := job.Wait(ctx)
+		t.Logf("%.1fs; lost to the guest %v, from it %v", time.Since(start).Seconds(), to.lost(), from.lost())
+		if err != nil || exit != 0 || kerr != nil || kexit != 0 {
+			t.Fatalf("vrnic-rping -c: exit %d %v\n%s%s\nkernel rping -s: exit %d %v\n%s%s", exit, err, so, se, kexit, kerr, ko, ke)
+		}
+		checkRping(t, so, "ping data: ", 3, 64)
+		to.check(t, "REQ", "RTU", "DREQ")
+		from.check(t, "REP", "DREP")
+	})
+	t.Run("kernel-client", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+		defer cancel()
+		p := startTool(t, n, d.tools.rping, "--socket", d.socket, "-s", "-a", ours, "-v", "-S", "64")
+		defer p.kill()
+		time.Sleep(time.Second) // vrnic-rping listens
+		from, to := lossy([]string{"REQ", "RTU"}, []string{"REP", "DREP"})
+		defer vm.Impair.Clear()
+		start := time.Now()
+		ko, ke, kexit, kerr := vm.Exec(ctx, fmt.Sprintf("rping -c -a %s -C 3 -S 64 -v -V", ours))
+		so, se, exit, err := p.wait(ctx)
+		t.Logf("%.1fs; lost to the guest %v, from it %v", time.Since(start).Seconds(), to.lost(), from.lost())
+		if kerr != nil || kexit != 0 || err != nil || exit != 0 {
+			t.Fatalf("kernel rping -c: exit %d %v\n%s%s\nvrnic-rping -s: exit %d %v\n%s%s", kexit, kerr, ko, ke, exit, err, so, se)
+		}
+		checkRping(t, ko, "ping data: ", 3, 64)
+		from.check(t, "REQ", "RTU")
+		to.check(t, "REP", "DREP")
+	})
+}
+
+// cmMADOffset: Ethernet, IPv4, UDP, BTH, DETH.
+const cmMADOffset = 14 + 20 + 8 + 12 + 8
+
+var cmAttrNames = map[uint16]string{0x10: "REQ", 0x11: "MRA", 0x12: "REJ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP"}
+
+// isCMMAD matches an IPv4 RoCEv2 UD SEND to QP1 carrying a CM MAD.
+func isCMMAD(f []byte) bool {
+	return rxepeer.IsRoCEv2(f) && len(f) >= cmMADOffset+256 && f[12] == 0x08 && f[13] == 0 &&
+		f[14+20+8] == 0x64 && f[cmMADOffset+1] == 0x07
+}
+
+// cmDrops loses the first MAD of each of the named CM messages in one
+// direction.
+type cmDrops struct {
+	mu      sync.Mutex
+	lose    map[string]bool
+	dropped map[string]int
+}
+
+func newCMDrops(names ...string) *cmDrops {
+	c := &cmDrops{lose: map[string]bool{}, dropped: map[string]int{}}
+	for _, n := range names {
+		c.lose[n] = true
+	}
+	return c
+}
+
+func (c *cmDrops) decide(_ int, f []byte) rxepeer.Action {
+	name := cmAttrNames[uint16(f[cmMADOffset+16])<<8|uint16(f[cmMADOffset+17])]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.lose[name] || c.dropped[name] > 0 {
+		return rxepeer.Pass
+	}
+	c.dropped[name]++
+	return rxepeer.Drop
+}
+
+func (c *cmDrops) lost() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.dropped)
+}
+
+// check: each named MAD was sent (and lost once), so the exchange went
+// through its retransmission.
+func (c *cmDrops) check(t *testing.T, names ...string) {
+	t.Helper()
+	got := c.lost()
+	for _, n := range names {
+		if got[n] != 1 {
+			t.Errorf("%s lost %d times, want 1 (lost: %v)", n, got[n], got)
 		}
 	}
 }
