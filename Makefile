@@ -15,10 +15,10 @@ build:
 
 # binaries: the daemon and the tools, in ./bin.
 binaries:
-	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong $(wildcard ./cmd/vrnic-perf)
+	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping $(wildcard ./cmd/vrnic-perf)
 
-# demo: two daemons in two network namespaces, an RC ping-pong and an RDMA
-# WRITE bandwidth run between them (root).
+# demo: two daemons in two network namespaces, an RC ping-pong, an rping
+# over rdma_cm and an RDMA WRITE bandwidth run between them (root).
 demo: binaries
 	./scripts/demo.sh
 

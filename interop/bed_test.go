@@ -25,7 +25,7 @@ import (
 // guests' bridge, and its tools (vrnic-pingpong, vrnic-perf, vrnicctl) as
 // the kernel tools' counterparts. They are built once per test binary.
 type toolSet struct {
-	vrnicd, vrnicctl, pingpong, perf string
+	vrnicd, vrnicctl, pingpong, perf, rping string
 }
 
 var (
@@ -47,9 +47,10 @@ func buildTools(t testing.TB) toolSet {
 			vrnicctl: filepath.Join(toolsDir, "vrnicctl"),
 			pingpong: filepath.Join(toolsDir, "vrnic-pingpong"),
 			perf:     filepath.Join(toolsDir, "vrnic-perf"),
+			rping:    filepath.Join(toolsDir, "vrnic-rping"),
 		}
 		for out, pkg := range map[string]string{theTools.vrnicd: "vrnicd", theTools.vrnicctl: "vrnicctl",
-			theTools.pingpong: "vrnic-pingpong", theTools.perf: "vrnic-perf"} {
+			theTools.pingpong: "vrnic-pingpong", theTools.perf: "vrnic-perf", theTools.rping: "vrnic-rping"} {
 			b, err := exec.Command("go", "build", "-o", out, "github.com/vrnic/vrnicd/cmd/"+pkg).CombinedOutput()
 			if err != nil {
 				toolsErr = fmt.Errorf("go build cmd/%s: %v\n%s", pkg, err, b)

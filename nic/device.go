@@ -85,6 +85,7 @@ type Device struct {
 	out     output
 	rxPool  sync.Pool
 	workers []*worker
+	gsi     gsi // QP1 (gsi.go)
 
 	mu      sync.RWMutex
 	qps     map[uint32]*QP // +checklocks:mu

@@ -49,6 +49,10 @@ func (d *Device) ingress(on *worker, tp, iphdr []byte, src, dst gid.GID, sport u
 		d.ctr.Inc(transport.RcvdDropped)
 		return
 	}
+	if qpn == GSIQPN {
+		d.gsiInput(&pkt, iphdr, src, dst)
+		return
+	}
 	d.mu.RLock()
 	q := d.qps[qpn]
 	d.mu.RUnlock()

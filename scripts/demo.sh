@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make demo: two vrnicd daemons in two network namespaces, an RC ping-pong
-# and an RDMA WRITE bandwidth run between them, then cleanup.
+# make demo: two vrnicd daemons in two network namespaces, an RC ping-pong,
+# an rping over rdma_cm and an RDMA WRITE bandwidth run between them, then
+# cleanup.
 #
 #   namespace vrdemoA-PID                      namespace vrdemoB-PID
 #   vrnicd --iface tap:vrtapA (TAP mode)       vrnicd --iface vdB (raw mode)
@@ -17,8 +18,9 @@ MTU=${MTU:-1500}
 # cores; set PPFLAGS= to see that.
 PPFLAGS=${PPFLAGS--e}
 BW_ITERS=${BW_ITERS:-2000}
+RPING_COUNT=${RPING_COUNT:-10}
 [ "$(id -u)" = 0 ] || { echo "demo: needs root (network namespaces, TAP, AF_PACKET)" >&2; exit 1; }
-for b in vrnicd vrnic-pingpong vrnicctl; do
+for b in vrnicd vrnic-pingpong vrnic-rping vrnicctl; do
 	[ -x "$BIN/$b" ] || { echo "demo: $BIN/$b missing (run make demo)" >&2; exit 1; }
 done
 
@@ -82,6 +84,17 @@ ip netns exec "$A" timeout 60 "$BIN/vrnic-pingpong" --socket "$RUN/a.sock" -g 1 
 wait "$srv"
 echo "-- server side:"
 cat "$RUN/pp-server.txt"
+
+step "rping over rdma_cm: $RPING_COUNT × 64 B, READ then WRITE back, validated (server in $B, client in $A)"
+ip netns exec "$B" timeout 60 "$BIN/vrnic-rping" --socket "$RUN/b.sock" -s -a 192.0.2.2 -v >"$RUN/rping-server.txt" 2>&1 &
+srv=$!
+pids+=($srv)
+sleep 0.3
+ip netns exec "$A" timeout 60 "$BIN/vrnic-rping" --socket "$RUN/a.sock" -c -a 192.0.2.2 -C "$RPING_COUNT" -v -V >"$RUN/rping-client.txt" 2>&1
+wait "$srv"
+head -3 "$RUN/rping-client.txt"
+echo "-- server side (first lines):"
+head -3 "$RUN/rping-server.txt"
 
 if [ -x "$BIN/vrnic-perf" ]; then
 	step "RDMA WRITE bandwidth: 64 KiB messages (server in $B, client in $A)"

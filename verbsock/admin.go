@@ -17,9 +17,9 @@ const StatNameLen = 32
 
 // Page sizes of the admin replies (each reply fits one frame).
 const (
-	MaxDeviceStats = 64  // named device counters in a QueryStatsResp
+	MaxDeviceStats = 128 // named device counters in a QueryStatsResp
 	MaxQPStats     = 24  // counters per QP record
-	StatsQPsPage   = 27  // QP records in a QueryStatsResp
+	StatsQPsPage   = 15  // QP records in a QueryStatsResp (the reply fits MaxMessage)
 	ListQPsPage    = 250 // QP records in a ListQPsResp
 )
 

@@ -150,6 +150,9 @@ func (o Op) String() string {
 	case OpPostSRQRecv:
 		return "post_srq_recv"
 	}
+	if n, ok := cmOpNames[o]; ok {
+		return n
+	}
 	return fmt.Sprintf("op%d", uint16(o))
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/capture"
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/metrics"
@@ -51,6 +52,7 @@ type daemon struct {
 	lnk  link.Link
 	st   *netstack.Stack
 	dev  *nic.Device
+	cma  *cmagent.Agent // rdma_cm over QP1
 	gids *gid.Table
 	pcap *pcapTap
 	hub  *capture.Hub   // live capture (vrnicctl capture)
@@ -167,8 +169,10 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cancel = cancel
 	d.startReceive(ctx)
 
+	d.cma = cmagent.New(d.dev, cmagent.Config{Log: d.log.With("device", cfg.Name, "role", "cm")})
+	undo = append(undo, d.cma.Close)
 	d.capG.set(cfg.SocketGID)
-	srv, err := newConnServer(d.dev, d.st.Counters().Each, d.hub, d.capG.get, d.log, cfg)
+	srv, err := newConnServer(d.dev, d.cma, d.st.Counters().Each, d.hub, d.capG.get, d.log, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -415,6 +419,7 @@ func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
 			d.log.Warn("client sessions did not end in time", "clients", d.sess.count())
 		}
 		step.Store("closing the device")
+		d.cma.Close()
 		d.dev.Close()
 		step.Store("stopping the netstack")
 		d.cancel()

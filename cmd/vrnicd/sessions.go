@@ -10,6 +10,7 @@ import (
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/capture"
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
@@ -24,15 +25,23 @@ type connServer interface {
 	Objects(yield func(kind string, n uint64))
 }
 
-// newConnServer returns the client protocol's server for dev; port adds
+// newConnServer returns the client protocol's server for dev (rdma_cm
+// through cma); port adds
 // the port's counters (netstack.Counters.Each) to the device's in
-// query_stats (icrc_errors is counted there); hub serves live capture to
-// root, the daemon's user and group captureGID(); c bounds what clients
-// may hold and how they connect.
-func newConnServer(dev *nic.Device, port server.CounterFunc, hub *capture.Hub, captureGID func() int, log *slog.Logger, c *Config) (connServer, error) {
-	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(port, hub), Capture: hub, CaptureGID: captureGID,
+// query_stats (icrc_errors is counted there), and QP1's (cm_rx_req, ...)
+// follow them; hub serves live capture to root, the daemon's user and
+// group captureGID(); c bounds what clients may hold and how they connect.
+func newConnServer(dev *nic.Device, cma *cmagent.Agent, port server.CounterFunc, hub *capture.Hub, captureGID func() int,
+	log *slog.Logger, c *Config) (connServer, error) {
+	extra := func(yield func(string, uint64)) {
+		if port != nil {
+			port(yield)
+		}
+		dev.GSICounters(yield)
+	}
+	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(extra, hub), Capture: hub, CaptureGID: captureGID,
 		Limits: c.ConnLimits, UserLimits: c.UserLimits, MaxConns: c.MaxConns, MaxConnsPerUser: c.MaxConnsPerUser,
-		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs})
+		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs, CM: cma})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close

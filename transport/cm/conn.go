@@ -92,11 +92,19 @@ type Conn struct {
 // REP or an RTU (cma.c cma_modify_qp_rtr, cma_modify_qp_rts; cm.c
 // cm_init_qp_init_attr, cm_init_qp_rtr_attr, cm_init_qp_rts_attr): INIT
 // again with remote write, and read and atomics when we are a responder
-// for them; RTR with the peer's QPN and PSN; RTS with ours and the timers.
+// for them; RTR with the peer's QPN; RTS with the timers.
+//
+// The PSNs are ib_cm's, not IBA's reading: the Starting PSN a side puts in
+// its REQ or REP is the one it expects to receive (cm.c: ib_send_cm_req
+// keeps the REQ's as rq_psn, cm_rep_handler takes the REP's as sq_psn, and
+// the passive side the other way round). The kernel rping capture shows it:
+// the client's first SEND carries the REP's Starting PSN, the server's
+// first RDMA READ the REQ's; a kernel peer NAKs (PSN sequence error) a QP
+// set up the IBA way.
 func (c *Conn) qpTransitions(out *Output) {
 	attr := QPAttr{
 		AccessFlags: AccessRemoteWrite,
-		DestQPN:     c.RemoteQPN, RQPSN: c.RemotePSN, SQPSN: c.PSN, PathMTU: c.PathMTU, Path: c.Path,
+		DestQPN:     c.RemoteQPN, RQPSN: c.PSN, SQPSN: c.RemotePSN, PathMTU: c.PathMTU, Path: c.Path,
 		MaxDestRdAtomic: c.RespRes, MaxRdAtomic: c.InitDepth, Timeout: c.Timeout,
 		RetryCount: c.RetryCount, RNRRetry: c.RNRRetry,
 	}

@@ -58,8 +58,8 @@ func (s QPState) String() string {
 type QPAttr struct {
 	AccessFlags     uint32   // INIT: remote access (AccessRemoteWrite, ...)
 	DestQPN         uint32   // RTR: the peer's QPN
-	RQPSN           uint32   // RTR: the peer's starting PSN
-	SQPSN           uint32   // RTS: our starting PSN
+	RQPSN           uint32   // RTR: the Starting PSN of our REQ or REP (ib_cm: what we expect to receive)
+	SQPSN           uint32   // RTS: the Starting PSN of the peer's REQ or REP
 	PathMTU         uint8    // RTR: IB MTU code
 	Path            mad.Path // RTR: seen from this side (LocalGID ours)
 	MaxDestRdAtomic uint8    // RTR: responder resources

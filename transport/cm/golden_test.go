@@ -55,7 +55,12 @@ func TestGoldenPassiveAnswersAsKernel(t *testing.T) {
 	if a.AccessFlags != AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic {
 		t.Errorf("access flags %#x", a.AccessFlags)
 	}
-	if a.DestQPN != req.LocalQPN || a.RQPSN != req.StartingPSN || a.SQPSN != rep.StartingPSN || a.PathMTU != 3 ||
+	// The PSNs as the capture's data shows them: the server's first RDMA
+	// READ carries the REQ's Starting PSN, the client's first SEND the REP's.
+	if psn := rpingDataPSN(t, caps[1].from); a.SQPSN != psn || psn != req.StartingPSN {
+		t.Errorf("server sends from PSN %#x, the capture's server from %#x (REQ's %#x)", a.SQPSN, psn, req.StartingPSN)
+	}
+	if a.DestQPN != req.LocalQPN || a.RQPSN != rep.StartingPSN || a.SQPSN != req.StartingPSN || a.PathMTU != 3 ||
 		a.MaxDestRdAtomic != 1 || a.MaxRdAtomic != 1 || a.RetryCount != 7 || a.RNRRetry != 7 ||
 		a.Timeout != req.Primary.LocalACKTimeout {
 		t.Errorf("QP attributes %+v", a)
@@ -109,7 +114,10 @@ func TestGoldenActiveSendsAsKernel(t *testing.T) {
 	}
 	a := out.Modify[2].Attr
 	// cm_rep_handler: timeout from the REP's target ACK delay and the life time.
-	if a.DestQPN != rep.LocalQPN || a.RQPSN != rep.StartingPSN || a.SQPSN != req.StartingPSN ||
+	if psn := rpingDataPSN(t, caps[0].from); a.SQPSN != psn || psn != rep.StartingPSN {
+		t.Errorf("client sends from PSN %#x, the capture's client from %#x (REP's %#x)", a.SQPSN, psn, rep.StartingPSN)
+	}
+	if a.DestQPN != rep.LocalQPN || a.RQPSN != req.StartingPSN || a.SQPSN != rep.StartingPSN ||
 		a.Timeout != AckTimeout(rep.TargetACKDelay, 18) || a.Timeout != 19 || a.RNRRetry != rep.RNRRetryCount {
 		t.Errorf("QP attributes %+v", a)
 	}

@@ -215,3 +215,33 @@ func rpingConnect() ConnectParams {
 func rpingAccept() AcceptParams {
 	return AcceptParams{QPN: 0x22, PSN: 0x200, RespRes: 1, InitDepth: 1, RNRRetry: 7}
 }
+
+// rpingDataPSN is the BTH PSN of the first RC request (a SEND or an RDMA
+// READ request, not an ACK or a read response) that from sends in the
+// rping capture: where its QP's send PSNs start.
+func rpingDataPSN(t *testing.T, from netip.Addr) uint32 {
+	t.Helper()
+	dir, err := rocetest.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, err := rocetest.ReadFrames(filepath.Join(dir, "rdma_cm_rping.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bthOff = 14 + 20 + 8
+	for _, f := range frames {
+		d := f.Data
+		if len(d) < bthOff+12 || d[12] != 0x08 || d[13] != 0x00 || netip.AddrFrom4([4]byte(d[26:30])) != from {
+			continue
+		}
+		op := d[bthOff]
+		// RC: SEND first..only with immediate (0-5), RDMA WRITE (6-11),
+		// RDMA READ request (12).
+		if op <= 12 {
+			return binary.BigEndian.Uint32(d[bthOff+8:]) & 0xFFFFFF
+		}
+	}
+	t.Fatalf("no RC request from %v in the capture", from)
+	return 0
+}

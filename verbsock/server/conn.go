@@ -54,6 +54,7 @@ type conn struct {
 
 	events chan verbsock.EventMsg
 	lost   atomic.Uint32
+	cm     cmClient    // rdma_cm listeners and connections (cm.go)
 	notify chan *cqObj // CQs whose completion event is to be sent
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -375,6 +376,7 @@ func (b *bell) close() {
 
 // cleanup destroys everything the client owned, in dependency order.
 func (c *conn) cleanup() {
+	c.cmCleanup()
 	c.mu.Lock()
 	qps, srqs, ahs, mws, mrs, cqs, pds, mems := c.qps, c.srqs, c.ahs, c.mws, c.mrs, c.cqs, c.pds, c.mems
 	c.qps, c.srqs, c.ahs, c.mws, c.mrs, c.cqs, c.pds, c.mems =

@@ -31,6 +31,9 @@ func quota(what string, limit uint64) error {
 // descriptors to send with it (the client's ends of wake-up channels,
 // closed once sent).
 func (c *conn) dispatch(op verbsock.Op, req any, fds []int) (any, []int, error) {
+	if resp, ok, err := c.dispatchCM(op, req); ok {
+		return resp, nil, err
+	}
 	switch op {
 	case verbsock.OpHello:
 		return c.hello(req.(*verbsock.HelloReq))

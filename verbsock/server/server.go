@@ -24,6 +24,7 @@ import (
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/capture"
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
@@ -89,6 +90,10 @@ type Config struct {
 	// daemon's group.
 	Capture    *capture.Hub
 	CaptureGID func() int
+	// CM, if set, serves the rdma_cm operations (cm.go); CMLimits bound
+	// each client's listeners and connections.
+	CM       *cmagent.Agent
+	CMLimits CMLimits
 }
 
 // Server serves verbsock connections.
@@ -99,6 +104,7 @@ type Server struct {
 	limits   verbsock.Limits
 	userLim  [nRes]uint64
 	refusing chan struct{} // refused connections being answered
+	cmLimits CMLimits
 
 	mu        sync.Mutex
 	users     map[uint32]*account        // +checklocks:mu
@@ -155,7 +161,8 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxMRBytes == 0 {
 		l.MaxMRBytes = d.MaxMRBytes
 	}
-	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l, users: map[uint32]*account{},
+	s := &Server{cfg: cfg, dev: cfg.Device, log: cfg.Log, limits: l, cmLimits: cfg.CMLimits.withDefaults(),
+		users:    map[uint32]*account{},
 		refused:  map[*net.UnixConn]struct{}{},
 		refusing: make(chan struct{}, maxRefusing),
 		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}

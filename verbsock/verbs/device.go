@@ -79,6 +79,7 @@ type Device struct {
 	closeOnce  sync.Once
 
 	objs sync.Map // handle → *QP, *CQ or *SRQ, for events
+	cm   cmState  // rdma_cm listeners and connections (cm.go)
 	mrs  sync.Map // key index → *MR, for gathering inline data
 }
 
@@ -182,6 +183,11 @@ func (d *Device) reader() {
 			}
 			break
 		}
+		if h.Flags&verbsock.FlagEvent != 0 && h.Op == verbsock.OpCMEvent {
+			verbsock.CloseFDs(fds)
+			d.deliverCM(p)
+			continue
+		}
 		if h.Flags&verbsock.FlagEvent != 0 {
 			verbsock.CloseFDs(fds)
 			var ev verbsock.EventMsg
@@ -209,6 +215,7 @@ func (d *Device) reader() {
 	for _, ch := range pend {
 		close(ch)
 	}
+	d.closeCM()
 	if !byHand {
 		select {
 		case d.events <- AsyncEvent{Type: EventDeviceFatal}:

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
@@ -18,6 +20,7 @@ type Daemon struct {
 	Host   *nictest.Host
 	Server *server.Server
 	Socket string
+	CM     *cmagent.Agent // the device's rdma_cm agent, serving the server's cm_* operations
 }
 
 // TwoDaemons starts two devices joined by a link of the given MTU, each
@@ -31,10 +34,19 @@ func TwoDaemons(t testing.TB, mtu int) [2]Daemon {
 // fields: the defaults).
 func TwoDaemonsLimits(t testing.TB, mtu int, limits verbsock.Limits) [2]Daemon {
 	t.Helper()
+	return TwoDaemonsCM(t, mtu, limits, cm.Config{})
+}
+
+// TwoDaemonsCM is TwoDaemonsLimits with the CM agents' configuration (short
+// CM timers for tests of lost MADs).
+func TwoDaemonsCM(t testing.TB, mtu int, limits verbsock.Limits, cmcfg cm.Config) [2]Daemon {
+	t.Helper()
 	ha, hb := nictest.Pair(t, mtu)
 	var ds [2]Daemon
 	for i, h := range []*nictest.Host{ha, hb} {
-		srv, err := server.New(server.Config{Device: h.Dev, Limits: limits})
+		ag := cmagent.New(h.Dev, cmagent.Config{CM: cmcfg})
+		t.Cleanup(ag.Close)
+		srv, err := server.New(server.Config{Device: h.Dev, Limits: limits, CM: ag})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +57,7 @@ func TwoDaemonsLimits(t testing.TB, mtu int, limits verbsock.Limits) [2]Daemon {
 		}
 		go srv.Serve(l)
 		t.Cleanup(func() { srv.Close() })
-		ds[i] = Daemon{Host: h, Server: srv, Socket: path}
+		ds[i] = Daemon{Host: h, Server: srv, Socket: path, CM: ag}
 	}
 	return ds
 }

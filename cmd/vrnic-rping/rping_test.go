@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/transport/cm"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
+	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/server/servertest"
+)
+
+type result struct {
+	stdout, stderr string
+	err            error
+}
+
+// runPair runs a server on daemon 1 and, once it listens, a client on
+// daemon 0 pointed at it.
+func runPair(t *testing.T, ds [2]servertest.Daemon, srvArgs, cliArgs []string) (srv, cli result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	listening := make(chan struct{}, 1)
+	onListen = func() { listening <- struct{}{} }
+	defer func() { onListen = nil }()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var o, e bytes.Buffer
+		err := run(ctx, append([]string{"--socket", ds[1].Socket, "-s"}, srvArgs...), &o, &e)
+		srv = result{o.String(), e.String(), err}
+		if err != nil {
+			cancel()
+		}
+	}()
+	select {
+	case <-listening:
+		var o, e bytes.Buffer
+		err := run(ctx, append([]string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String()}, cliArgs...), &o, &e)
+		cli = result{o.String(), e.String(), err}
+	case <-ctx.Done():
+	}
+	wg.Wait()
+	return srv, cli
+}
+
+// want is rping's output for count pings of size bytes: the client's
+// "ping data: rdma-ping-N: " then size-1 bytes of the letters 'A'..'z'
+// from the N-th on, cycling; the server prints the same after "server ".
+func want(count, size int) []string {
+	var lines []string
+	start := 65
+	for ping := range count {
+		s := []byte(fmt.Sprintf("rdma-ping-%d: ", ping))
+		c := start
+		for len(s) < size-1 {
+			s = append(s, byte(c))
+			if c++; c > 122 {
+				c = 65
+			}
+		}
+		if start++; start > 122 {
+			start = 65
+		}
+		lines = append(lines, string(s[:size-1]))
+	}
+	return lines
+}
+
+func checkPing(t *testing.T, r result, prefix string, count, size int) {
+	t.Helper()
+	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	w := want(count, size)
+	if len(got) != len(w) {
+		t.Fatalf("%d lines of output, want %d:\n%s", len(got), len(w), r.stdout)
+	}
+	for i := range w {
+		if got[i] != prefix+w[i] {
+			t.Errorf("line %d:\n got %q\nwant %q", i, got[i], prefix+w[i])
+		}
+	}
+}
+
+// TestRpingTwoDaemons: vrnic-rping's server and client between two
+// daemons, output as rping's, with the CM MADs of the setup lost once.
+func TestRpingTwoDaemons(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		count, size int
+		lossy       bool
+	}{
+		{"64", 10, 64, false},
+		{"4096 lossy", 5, 4096, true},
+		{"min size", 3, 26, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := servertest.TwoDaemonsCM(t, 1500, verbsock.Limits{}, cm.Config{CMResponseTimeout: 14, PacketLifeTime: 10})
+			if tc.lossy {
+				ds[0].Host.Link.SetHook(dropFirst(mad.AttrConnectRequest, mad.AttrReadyToUse, mad.AttrDisconnectRequest))
+				ds[1].Host.Link.SetHook(dropFirst(mad.AttrConnectReply))
+			}
+			args := []string{"-C", fmt.Sprint(tc.count), "-S", fmt.Sprint(tc.size), "-v", "-V"}
+			srv, cli := runPair(t, ds, []string{"-v", "-S", fmt.Sprint(tc.size)}, args)
+			if cli.err != nil || srv.err != nil {
+				t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cli.err, cli.stdout, cli.stderr, srv.err, srv.stdout, srv.stderr)
+			}
+			checkPing(t, cli, "ping data: ", tc.count, tc.size)
+			checkPing(t, srv, "server ping data: ", tc.count, tc.size)
+			if !strings.Contains(srv.stderr, "server DISCONNECT EVENT...") {
+				t.Errorf("server stderr %q, want the DISCONNECT EVENT line", srv.stderr)
+			}
+		})
+	}
+}
+
+// dropFirst loses the first CM MAD of each attribute.
+func dropFirst(attrs ...uint16) link.Hook {
+	var mu sync.Mutex
+	left := map[uint16]bool{}
+	for _, a := range attrs {
+		left[a] = true
+	}
+	return func(f []byte) link.Action {
+		const off = 14 + 20 + 8 + 12 + 8
+		if len(f) < off+mad.Size || f[12] != 0x08 || f[off+1] != mad.ClassCM {
+			return link.Deliver
+		}
+		attr := uint16(f[off+16])<<8 | uint16(f[off+17])
+		mu.Lock()
+		defer mu.Unlock()
+		if left[attr] {
+			left[attr] = false
+			return link.Drop
+		}
+		return link.Deliver
+	}
+}
+
+// TestRpingRejected: a client to a port nobody listens on ends at once
+// with rping's "cma event RDMA_CM_EVENT_REJECTED, error 8".
+func TestRpingRejected(t *testing.T) {
+	ds := servertest.TwoDaemons(t, 1500)
+	var o, e bytes.Buffer
+	err := run(context.Background(), []string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String(), "-p", "9999"}, &o, &e)
+	if err == nil || !strings.Contains(e.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8") {
+		t.Fatalf("err %v, stderr %q", err, e.String())
+	}
+}
+
+func TestRpingUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-c"}, "needs the server's address"},
+		{[]string{"-a", "192.0.2.1"}, "one of -s"},
+		{[]string{"-s", "-S", "10"}, "Invalid size 10 (valid range is 26 to 65536)"},
+		{[]string{"-s", "-S", "65536"}, "Invalid size 65536"},
+		{[]string{"-s", "-C", "-1"}, "Invalid count -1"},
+		{[]string{"-s", "-x"}, "invalid option -- 'x'"},
+	} {
+		var o, e bytes.Buffer
+		if err := run(context.Background(), tc.args, &o, &e); err == nil || !strings.Contains(e.String(), tc.msg) {
+			t.Errorf("%v: err %v, stderr %q, want %q", tc.args, err, e.String(), tc.msg)
+		}
+	}
+}
+
+// TestRpingPersistent: a -P server takes one client after another and
+// keeps running until it is stopped.
+func TestRpingPersistent(t *testing.T) {
+	ds := servertest.TwoDaemons(t, 1500)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listening := make(chan struct{}, 1)
+	onListen = func() { listening <- struct{}{} }
+	defer func() { onListen = nil }()
+	var srvOut, srvErr bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--socket", ds[1].Socket, "-s", "-P", "-v"}, &srvOut, &srvErr) }()
+	select {
+	case <-listening:
+	case err := <-done:
+		t.Fatalf("server ended: %v\n%s", err, srvErr.String())
+	}
+	for i := range 3 {
+		var o, e bytes.Buffer
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		err := run(cctx, []string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String(), "-C", "2", "-v", "-V"}, &o, &e)
+		ccancel()
+		if err != nil {
+			t.Fatalf("client %d: %v\n%s%s", i, err, o.String(), e.String())
+		}
+		checkPing(t, result{stdout: o.String()}, "ping data: ", 2, 64)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("persistent server ended after its clients: %v\n%s", err, srvErr.String())
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("persistent server stopped with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("persistent server did not stop")
+	}
+	if n := strings.Count(srvOut.String(), "server ping data: rdma-ping-"); n != 6 {
+		t.Errorf("server printed %d pings, want 6:\n%s", n, srvOut.String())
+	}
+}

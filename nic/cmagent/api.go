@@ -1,0 +1,231 @@
+package cmagent
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/cm"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
+)
+
+// Listen takes connect requests for an rdma_cm port (PortSpaceTCP when
+// portSpace is 0) on addr, or on any of our addresses when addr is zero or
+// unspecified; h gets the requests and, until Accept or Reject names
+// another, their connections' events.
+func (a *Agent) Listen(portSpace, port uint16, addr netip.Addr, h Handler) (uint64, error) {
+	if portSpace == 0 {
+		portSpace = cm.PortSpaceTCP
+	}
+	if addr.IsUnspecified() {
+		addr = netip.Addr{}
+	}
+	if addr.IsValid() {
+		if _, ok := a.dev.GIDs().IndexOf(addr); !ok {
+			return 0, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, addr)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0, ErrClosed
+	}
+	l, err := a.tab.Listen(cm.ServiceID(portSpace, port), addr)
+	if err != nil {
+		return 0, err
+	}
+	a.lis[l] = h
+	return l, nil
+}
+
+// Unlisten stops a listener; requests already delivered stay.
+func (a *Agent) Unlisten(l uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tab.Unlisten(l)
+	delete(a.lis, l)
+}
+
+// ConnParams are rdma_conn_param's fields the consumer sets.
+type ConnParams struct {
+	RespRes     uint8 // responder_resources
+	InitDepth   uint8 // initiator_depth
+	RetryCount  uint8 // retry_count, 0-7
+	RNRRetry    uint8 // rnr_retry_count, 0-7 (7: infinite)
+	PrivateData []byte
+}
+
+// Connect sends a REQ for qp (RC or UC, in RESET or INIT) to the rdma_cm
+// listener at dst (TCP port space), from src: its address, or the port's
+// address of dst's family when zero; its port, or an ephemeral one when 0.
+// The QP is taken to INIT, RTR and RTS when the REP comes. h gets the
+// connection's events.
+//
+// The destination's link address is resolved first (ARP or ND through the
+// port, rdma_resolve_addr), for at most Config.ResolveTimeout or until ctx
+// ends: ErrUnresolved if it does not answer.
+func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP, p ConnParams, h Handler) (uint32, error) {
+	typ, err := qpService(qp)
+	if err != nil {
+		return 0, err
+	}
+	to := dst.Addr().Unmap()
+	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() || dst.Port() == 0 {
+		return 0, fmt.Errorf("%w: destination %v", ErrAddr, dst)
+	}
+	from := src.Addr().Unmap()
+	if !from.IsValid() || from.IsUnspecified() {
+		var ok bool
+		if from, ok = a.dev.SourceFor(to); !ok {
+			return 0, fmt.Errorf("%w: no address of %v's family", ErrAddr, to)
+		}
+	} else if _, ok := a.dev.GIDs().IndexOf(from); !ok {
+		return 0, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
+	}
+	if err := a.resolve(ctx, to); err != nil {
+		return 0, err
+	}
+	sport := src.Port()
+	if sport == 0 {
+		sport = ephemeralPort()
+	}
+	cp := cm.ConnectParams{
+		Src: netip.AddrPortFrom(from, sport), Dst: netip.AddrPortFrom(to, dst.Port()), QPType: typ,
+		QPN: qp.QPN(), PSN: rand.Uint32() & 0xFFFFFF, RespRes: p.RespRes, InitDepth: p.InitDepth,
+		RetryCount: p.RetryCount, RNRRetry: p.RNRRetry, PathMTU: uint8(a.dev.ActiveMTU()),
+		SRQ: qp.Engine().SRQ() != nil, PrivateData: p.PrivateData,
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0, ErrClosed
+	}
+	a.learn(to, from)
+	id, err := a.tab.Connect(cp, &a.out)
+	if err != nil {
+		a.out.Reset()
+		return 0, err
+	}
+	a.conns[id] = h
+	a.flush()
+	a.poke()
+	return id, nil
+}
+
+// resolve waits until the port knows to's link address, polling the
+// neighbour table (netstack answers ARP and ND on its own goroutine).
+func (a *Agent) resolve(ctx context.Context, to netip.Addr) error {
+	if a.dev.NeighborKnown(to) {
+		return nil
+	}
+	a.dev.ResolveNeighbor(to)
+	ctx, cancel := context.WithTimeout(ctx, a.resolveTimeout)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !a.dev.NeighborKnown(to) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v did not answer in %v", ErrUnresolved, to, a.resolveTimeout)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// ephemeralPort is an rdma_cm ephemeral port, from Linux's default
+// ip_local_port_range (32768-60999), as cma_alloc_any_port picks one.
+func ephemeralPort() uint16 { return uint16(32768 + rand.IntN(60999-32768+1)) }
+
+// qpService is the REQ transport service type of qp, which must be RC or
+// UC and not yet past INIT.
+func qpService(qp *nic.QP) (uint8, error) {
+	if qp == nil {
+		return 0, fmt.Errorf("%w: no QP", transport.ErrInvalid)
+	}
+	in := qp.Info()
+	if in.State != transport.StateReset && in.State != transport.StateInit {
+		return 0, fmt.Errorf("%w: QP %#x is %v, not RESET or INIT", transport.ErrState, qp.QPN(), in.State)
+	}
+	switch in.Type {
+	case transport.QPTypeRC:
+		return mad.ServiceRC, nil
+	case transport.QPTypeUC:
+		return mad.ServiceUC, nil
+	}
+	return 0, fmt.Errorf("%w: QP %#x of type %v: rdma_cm connects RC and UC QPs", transport.ErrInvalid, qp.QPN(), in.Type)
+}
+
+// Accept answers connect request id with a REP for qp (RESET or INIT),
+// which goes to INIT, RTR and RTS first; h (nil: the listener's) gets the
+// connection's events from now on.
+func (a *Agent) Accept(id uint32, qp *nic.QP, p ConnParams, h Handler) error {
+	if _, err := qpService(qp); err != nil {
+		return err
+	}
+	ap := cm.AcceptParams{QPN: qp.QPN(), PSN: rand.Uint32() & 0xFFFFFF, RespRes: p.RespRes, InitDepth: p.InitDepth,
+		RNRRetry: p.RNRRetry, SRQ: qp.Engine().SRQ() != nil, PrivateData: p.PrivateData}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	if err := a.tab.Accept(id, ap, &a.out); err != nil {
+		a.out.Reset()
+		return err
+	}
+	if h != nil {
+		a.conns[id] = h
+	}
+	a.flush()
+	a.poke()
+	return nil
+}
+
+// Reject refuses connect request id as rdma_reject does: REJ reason 28
+// "consumer defined" with the private data.
+func (a *Agent) Reject(id uint32, priv []byte) error {
+	return a.call(id, func(out *cm.Output) error {
+		return a.tab.Reject(id, mad.RejConsumerDefined, nil, priv, out)
+	})
+}
+
+// Disconnect ends connection id as rdma_disconnect does (DREQ, or the DREP
+// of the peer's DREQ, or REJ of an unfinished exchange).
+func (a *Agent) Disconnect(id uint32, priv []byte) error {
+	return a.call(id, func(out *cm.Output) error { return a.tab.Disconnect(id, priv, out) })
+}
+
+// Release stops the events of connection id (its consumer is gone); the
+// Table keeps it until its exchange is over.
+func (a *Agent) Release(id uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.conns, id)
+}
+
+// Conn is a copy of connection id.
+func (a *Agent) Conn(id uint32) (cm.Conn, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tab.Conn(id)
+}
+
+func (a *Agent) call(id uint32, f func(out *cm.Output) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	if err := f(&a.out); err != nil {
+		a.out.Reset()
+		return fmt.Errorf("connection %#x: %w", id, err)
+	}
+	a.flush()
+	a.poke()
+	return nil
+}

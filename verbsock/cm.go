@@ -1,0 +1,161 @@
+package verbsock
+
+import "strconv"
+
+// rdma_cm operations (PROTOCOL.md §11): listen, connect, accept, reject,
+// disconnect and destroy of connection-manager IDs, and the CM events the
+// server sends as OpCMEvent frames. They live apart from the verbs of
+// proto.go, numbered from 0x40.
+const (
+	OpCMListen     Op = 0x40
+	OpCMUnlisten   Op = 0x41
+	OpCMConnect    Op = 0x42
+	OpCMAccept     Op = 0x43
+	OpCMReject     Op = 0x44
+	OpCMDisconnect Op = 0x45
+	OpCMDestroy    Op = 0x46
+	OpCMEvent      Op = 0x47 // server → client only, with FlagEvent
+)
+
+var cmOpNames = map[Op]string{
+	OpCMListen: "cm_listen", OpCMUnlisten: "cm_unlisten", OpCMConnect: "cm_connect", OpCMAccept: "cm_accept",
+	OpCMReject: "cm_reject", OpCMDisconnect: "cm_disconnect", OpCMDestroy: "cm_destroy", OpCMEvent: "cm_event",
+}
+
+// Private data sizes rdma_cm gives its consumers over IB/RoCE (cma.c):
+// REQ 56 bytes after the 36-byte cma_hdr, REP 196, REJ 148. CMPrivateMax
+// holds any of them, and a DREQ's first bytes.
+const (
+	CMConnectPrivateLen = 56
+	CMAcceptPrivateLen  = 196
+	CMRejectPrivateLen  = 148
+	CMPrivateMax        = 196
+)
+
+// CMListenReq listens on an rdma_cm port of a port space (0: RDMA_PS_TCP,
+// 0x0106) at Addr (an IPv4-mapped or IPv6 address; all zeros: any of the
+// device's). Context comes back in the listener's events.
+type CMListenReq struct {
+	Context   uint64
+	Addr      [16]byte
+	PortSpace uint16
+	Port      uint16
+	_         uint32
+}
+
+type CMListenResp struct{ Listener uint32 }
+
+// CMConnParams are struct rdma_conn_param's fields.
+type CMConnParams struct {
+	RespRes     uint8 // responder_resources
+	InitDepth   uint8 // initiator_depth
+	RetryCount  uint8 // retry_count, 0-7
+	RNRRetry    uint8 // rnr_retry_count, 0-7
+	PrivateLen  uint8
+	_           [3]byte
+	PrivateData [CMPrivateMax]byte
+}
+
+// CMConnectReq connects QP (a handle of this connection, RC or UC, in RESET
+// or INIT) to Dst:DstPort from Src:SrcPort (zero: the device picks the
+// address; port 0: an ephemeral one). Context comes back in its events.
+type CMConnectReq struct {
+	Context   uint64
+	QP        uint32
+	PortSpace uint16
+	DstPort   uint16
+	Dst       [16]byte
+	Src       [16]byte
+	SrcPort   uint16
+	_         uint16
+	Params    CMConnParams
+}
+
+type CMConnectResp struct{ Conn uint32 }
+
+// CMAcceptReq accepts connect request Conn with QP; Context (0: keep the
+// listener's) comes back in its events from then on.
+type CMAcceptReq struct {
+	Context uint64
+	Conn    uint32
+	QP      uint32
+	Params  CMConnParams
+}
+
+// CMRejectReq rejects connect request Conn (REJ reason 28).
+type CMRejectReq struct {
+	Conn       uint32
+	PrivateLen uint8
+	_          [3]byte
+	Private    [CMRejectPrivateLen]byte
+}
+
+// CMEventType is enum rdma_cm_event_type.
+type CMEventType uint32
+
+const (
+	CMEventAddrError      CMEventType = 1
+	CMEventRouteError     CMEventType = 3
+	CMEventConnectRequest CMEventType = 4
+	CMEventConnectError   CMEventType = 6
+	CMEventUnreachable    CMEventType = 7
+	CMEventRejected       CMEventType = 8
+	CMEventEstablished    CMEventType = 9
+	CMEventDisconnected   CMEventType = 10
+	CMEventTimewaitExit   CMEventType = 15
+)
+
+var cmEventNames = map[CMEventType]string{
+	CMEventAddrError: "ADDR_ERROR", CMEventRouteError: "ROUTE_ERROR", CMEventConnectRequest: "CONNECT_REQUEST",
+	CMEventConnectError: "CONNECT_ERROR", CMEventUnreachable: "UNREACHABLE", CMEventRejected: "REJECTED",
+	CMEventEstablished: "ESTABLISHED", CMEventDisconnected: "DISCONNECTED", CMEventTimewaitExit: "TIMEWAIT_EXIT",
+}
+
+func (t CMEventType) String() string {
+	if s, ok := cmEventNames[t]; ok {
+		return s
+	}
+	return "CMEventType(" + strconv.FormatUint(uint64(t), 10) + ")"
+}
+
+// CMEventMsg is the payload of OpCMEvent. Conn is the connection's handle
+// (for CONNECT_REQUEST a new one), Listener the listener's for a connect
+// request; Status is rdma_cm's (REJECTED: the REJ reason, UNREACHABLE:
+// -ETIMEDOUT). Peer and Local are the two ends' addresses; the QP fields
+// are what the exchange agreed (the peer's for a connect request).
+type CMEventMsg struct {
+	Type       CMEventType
+	Status     int32
+	Context    uint64
+	Conn       uint32
+	Listener   uint32
+	Peer       [16]byte
+	Local      [16]byte
+	PeerPort   uint16
+	LocalPort  uint16
+	RemoteQPN  uint32
+	RespRes    uint8
+	InitDepth  uint8
+	RetryCount uint8
+	RNRRetry   uint8
+	PathMTU    uint8
+	SRQ        uint8
+	PrivateLen uint8
+	_          uint8
+	Private    [CMPrivateMax]byte
+}
+
+func init() {
+	for op, s := range map[Op]OpSpec{
+		OpCMListen:     spec(mk[CMListenReq](), mk[CMListenResp](), none, none),
+		OpCMUnlisten:   spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMConnect:    spec(mk[CMConnectReq](), mk[CMConnectResp](), none, none),
+		OpCMAccept:     spec(mk[CMAcceptReq](), mk[Empty](), none, none),
+		OpCMReject:     spec(mk[CMRejectReq](), mk[Empty](), none, none),
+		OpCMDisconnect: spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMDestroy:    spec(mk[HandleReq](), mk[Empty](), none, none),
+	} {
+		s.Name = cmOpNames[op]
+		Specs[op] = s
+	}
+}
