@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 	"io"
-	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/vrnic/vrnicd/verbsock/verbs"
@@ -72,17 +71,17 @@ func (c *durClock) ended() bool    { return c.on && c.state == endState }
 // idler paces the busy polls: it yields, honours the context and gives up
 // when nothing has moved for stallTimeout.
 type idler struct {
-	ctx   context.Context
-	last  time.Time
-	what  func() string
-	spins int
+	ctx  context.Context
+	last time.Time
+	what func() string
+	spin tool.Spinner
 }
 
 func newIdler(ctx context.Context, what func() string) *idler {
 	return &idler{ctx: ctx, last: time.Now(), what: what}
 }
 
-func (w *idler) moved() { w.last, w.spins = time.Now(), 0 }
+func (w *idler) moved() { w.last = time.Now(); w.spin.Moved() }
 
 func (w *idler) idle() error {
 	if err := w.ctx.Err(); err != nil {
@@ -91,21 +90,9 @@ func (w *idler) idle() error {
 	if time.Since(w.last) > stallTimeout {
 		return fmt.Errorf("no progress for %v: %s (is the peer gone?)", stallTimeout, w.what())
 	}
-	w.spins++
-	if w.spins < yieldAfter {
-		runtime.Gosched()
-		return nil
-	}
-	// Nothing moved for a while: give the CPU to another process (the
-	// daemons, on a machine with fewer cores than busy processes) rather
-	// than only to this process's other goroutines.
-	_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	w.spin.Idle()
 	return nil
 }
-
-// yieldAfter is how many empty polls spin in the process before each one
-// yields the CPU to the kernel's other runnable tasks.
-const yieldAfter = 16
 
 // await waits for cq to move: on its completion channel with -e (events),
 // else by yielding between busy polls.

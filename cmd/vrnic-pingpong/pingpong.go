@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
@@ -456,6 +456,7 @@ func (s *session) run(ctx context.Context) (time.Duration, error) {
 			}
 			n = s.cq.Poll(wc)
 		} else {
+			var spin tool.Spinner
 			for n = s.cq.Poll(wc); n == 0; n = s.cq.Poll(wc) {
 				if time.Since(lastProgress) > stallTimeout {
 					return 0, fmt.Errorf("no completion for %v after %d sends and %d receives (a lost UC/UD message, or the peer is gone)", stallTimeout, scnt, rcnt)
@@ -463,7 +464,7 @@ func (s *session) run(ctx context.Context) (time.Duration, error) {
 				if err := ctx.Err(); err != nil {
 					return 0, err
 				}
-				runtime.Gosched()
+				spin.Idle()
 			}
 			lastProgress = time.Now()
 		}
