@@ -21,8 +21,9 @@ type Option struct {
 
 // Check renders p's man page and its bash, zsh and fish completions and
 // fails t unless every accepted option is in each, documented (not
-// "(undocumented)"), and every command is offered. The bash script must
-// pass bash -n and the page groff's warnings (when they are installed).
+// "(undocumented)"), and every command is offered. Each completion must
+// parse in its shell and the page pass groff's warnings (when they are
+// installed).
 func Check(t *testing.T, p *docgen.Page, accepted []Option) {
 	t.Helper()
 	var man bytes.Buffer
@@ -77,11 +78,17 @@ func Check(t *testing.T, p *docgen.Page, accepted []Option) {
 			}
 		}
 	}
-	if bash, err := exec.LookPath("bash"); err == nil {
-		cmd := exec.Command(bash, "-n")
-		cmd.Stdin = strings.NewReader(comp["bash"])
+	// Each shell parses its completion without running it (bash -n, zsh
+	// -n, fish --no-execute), when the shell is installed.
+	for _, sh := range []struct{ name, flag string }{{"bash", "-n"}, {"zsh", "-n"}, {"fish", "--no-execute"}} {
+		bin, err := exec.LookPath(sh.name)
+		if err != nil {
+			continue
+		}
+		cmd := exec.Command(bin, sh.flag)
+		cmd.Stdin = strings.NewReader(comp[sh.name])
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("bash -n on the completion: %v %s", err, out)
+			t.Errorf("%s %s on the completion: %v %s", sh.name, sh.flag, err, out)
 		}
 	}
 	if groff, err := exec.LookPath("groff"); err == nil {
