@@ -8,10 +8,12 @@
 //
 // # Owners
 //
-// A QP has two sides, each owned by one goroutine that never touches the
+// A QP has two sides, each with one owner at a time, and neither touches the
 // other's state: the send side (requester, completer and their timers:
 // PostSend, HandleResponse, RunSend) and the receive side (responder:
-// PostRecv, HandleRequest, RunRecv). The control plane (Modify, Query)
+// PostRecv, HandleRequest, RunRecv). The device runs both on the QP's
+// datapath worker (nic/worker.go); tests may run them anywhere, one call
+// at a time per side. The control plane (Modify, Query)
 // publishes an immutable attribute snapshot that each owner picks up the
 // next time it runs (qp.go).
 //

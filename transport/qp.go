@@ -25,10 +25,10 @@ type QPConfig struct {
 }
 
 // QP is one queue pair. Its send side (requester, completer and their
-// timers) belongs to one goroutine, which calls PostSend, HandleResponse and
-// RunSend; its receive side (responder) belongs to another, which calls
-// PostRecv, HandleRequest and RunRecv. The two never touch each other's
-// state. The control plane (Modify, Query) publishes an immutable snapshot
+// timers) has one owner, which calls PostSend, HandleResponse and RunSend;
+// its receive side (responder) has one owner, which calls PostRecv,
+// HandleRequest and RunRecv (the device's datapath worker is both). The two
+// never touch each other's state. The control plane (Modify, Query) publishes an immutable snapshot
 // of the attributes that each owner picks up the next time it runs.
 type QP struct {
 	qpn      uint32

@@ -1,6 +1,6 @@
 // Package nictest builds devices joined by an in-memory link for tests of the
 // layers above nic: two nic.Devices, each with its own netstack, over a
-// link.Pipe, with real owner goroutines and the system clock.
+// link.Pipe, with real datapath workers and the system clock.
 package nictest
 
 import (

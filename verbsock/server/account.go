@@ -211,9 +211,9 @@ func (c *conn) unchargeBytes(n int64) {
 	c.uncharge(resMemBytes, uint64(n))
 }
 
-// qpOverhead is what any QP costs the daemon beside its WQE rings: the
-// device's two inbound queues of packet pointers (nic inQueue, 1024 each),
-// the doorbell's and the two owners' goroutine stacks, and slack.
+// qpOverhead is what any QP costs the daemon beside its WQE rings: its
+// share of the worker's inbound queue (nic inQueue, 2048 packet pointers),
+// the doorbell reader's goroutine stack, and slack.
 const qpOverhead = 64 << 10
 
 // regMRBytes is what the page list of a REG_MR of up to maxPages pages

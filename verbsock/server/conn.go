@@ -20,8 +20,8 @@ import (
 
 // conn is one client. Its request loop is the only writer of the handle
 // tables; the QP owners read them (AH and memory handles in SQEs) through
-// the Resolver methods, under mu's read lock. Nothing that waits for an
-// owner goroutine (QP.Destroy) runs with mu held.
+// the Resolver methods, under mu's read lock. Nothing that waits for a
+// QP's datapath worker (QP.Destroy) runs with mu held.
 type conn struct {
 	s    *Server
 	sock *verbsock.Conn
