@@ -214,7 +214,18 @@ func TestQueueDepthCountsUncompletedWRs(t *testing.T) {
 			t.Fatalf("b receive completion %d: %+v", i, r[0])
 		}
 	}
-	// b's receive queue: fill it, complete one, poll, post one more.
+	// a's depth sends still waiting for receives take depth more of b's,
+	// so that nothing is left to consume b's receives below.
+	for i := range depth {
+		if err := recv(b, 50+i); err != nil {
+			t.Fatalf("b receive %d for the last sends: %v", i, err)
+		}
+	}
+	pollN(t, a.scq, depth)
+	pollN(t, b.rcq, depth)
+	// b's receive queue: fill it; nothing consumes it, so one more is
+	// ENOMEM; then each SEND completes one, and once polled its slot takes
+	// a new receive.
 	for i := range depth {
 		if err := recv(b, 100+i); err != nil {
 			t.Fatalf("b fill %d: %v", i, err)
@@ -224,6 +235,11 @@ func TestQueueDepthCountsUncompletedWRs(t *testing.T) {
 		t.Fatalf("b receive past max_recv_wr: %v, want ENOMEM", err)
 	}
 	for i := range depth {
+		if err := send(next); err != nil {
+			t.Fatalf("send %d: %v", next, err)
+		}
+		next++
+		pollN(t, a.scq, 1)
 		got := pollN(t, b.rcq, 1)
 		if got[0].Status != verbs.WCSuccess {
 			t.Fatalf("b receive completion: %+v", got[0])
@@ -231,10 +247,5 @@ func TestQueueDepthCountsUncompletedWRs(t *testing.T) {
 		if err := recv(b, 300+i); err != nil {
 			t.Fatalf("receive after polling completion %d: %v (a polled completion must free its slot)", i, err)
 		}
-		pollN(t, a.scq, 1)
-		if err := send(next); err != nil {
-			t.Fatalf("send %d: %v", next, err)
-		}
-		next++
 	}
 }
