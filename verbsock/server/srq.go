@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -106,7 +107,7 @@ func (c *conn) drainSRQ(o *srqObj) {
 		if !full || o.bell.stop.Load() {
 			return
 		}
-		sleepBackoff()
+		time.Sleep(time.Millisecond)
 	}
 }
 
