@@ -28,88 +28,102 @@ func (c *conn) dispatch(op verbsock.Op, req any, fds []int) (any, []int, error) 
 	if resp, ok, err := c.dispatchCM(op, req); ok {
 		return resp, nil, err
 	}
-	switch op {
-	case verbsock.OpHello:
-		return c.hello(req.(*verbsock.HelloReq))
-	case verbsock.OpQueryDevice:
-		return c.queryDevice(), nil, nil
-	case verbsock.OpQueryPort:
-		r, err := c.queryPort(req.(*verbsock.QueryPortReq))
-		return r, nil, err
-	case verbsock.OpQueryGID:
-		r, err := c.queryGID(req.(*verbsock.QueryGIDReq))
-		return r, nil, err
-	case verbsock.OpAllocPD:
-		r, err := c.allocPD()
-		return r, nil, err
-	case verbsock.OpDeallocPD:
-		return &verbsock.Empty{}, nil, c.deallocPD(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpMapMem:
-		r, err := c.mapMem(fds)
-		return r, nil, err
-	case verbsock.OpUnmapMem:
-		return &verbsock.Empty{}, nil, c.unmapMem(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpRegMR:
-		r, err := c.regMR(req.(*verbsock.RegMRReq))
-		return r, nil, err
-	case verbsock.OpDeregMR:
-		return &verbsock.Empty{}, nil, c.deregMR(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpAllocMR:
-		r, err := c.allocMR(req.(*verbsock.AllocMRReq))
-		return r, nil, err
-	case verbsock.OpAllocMW:
-		r, err := c.allocMW(req.(*verbsock.AllocMWReq))
-		return r, nil, err
-	case verbsock.OpDeallocMW:
-		return &verbsock.Empty{}, nil, c.deallocMW(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpBindMW:
-		r, err := c.bindMW(req.(*verbsock.BindMWReq))
-		return r, nil, err
-	case verbsock.OpCreateCQ:
-		return c.createCQ(req.(*verbsock.CreateCQReq), fds)
-	case verbsock.OpDestroyCQ:
-		return &verbsock.Empty{}, nil, c.destroyCQHandle(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpResizeCQ:
-		r, err := c.resizeCQ(req.(*verbsock.ResizeCQReq), fds)
-		return r, nil, err
-	case verbsock.OpReqNotifyCQ:
-		return &verbsock.Empty{}, nil, c.reqNotifyCQ(req.(*verbsock.ReqNotifyCQReq))
-	case verbsock.OpCreateQP:
-		return c.createQP(req.(*verbsock.CreateQPReq), fds)
-	case verbsock.OpModifyQP:
-		return &verbsock.Empty{}, nil, c.modifyQP(req.(*verbsock.ModifyQPReq))
-	case verbsock.OpQueryQP:
-		r, err := c.queryQP(req.(*verbsock.QueryQPReq))
-		return r, nil, err
-	case verbsock.OpDestroyQP:
-		return &verbsock.Empty{}, nil, c.destroyQPHandle(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpCreateSRQ:
-		return c.createSRQ(req.(*verbsock.CreateSRQReq), fds)
-	case verbsock.OpModifySRQ:
-		return &verbsock.Empty{}, nil, c.modifySRQ(req.(*verbsock.ModifySRQReq))
-	case verbsock.OpResizeSRQ:
-		r, err := c.resizeSRQ(req.(*verbsock.ResizeSRQReq), fds)
-		return r, nil, err
-	case verbsock.OpQuerySRQ:
-		r, err := c.querySRQ(req.(*verbsock.HandleReq).Handle)
-		return r, nil, err
-	case verbsock.OpDestroySRQ:
-		return &verbsock.Empty{}, nil, c.destroySRQHandle(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpCreateAH:
-		r, err := c.createAH(req.(*verbsock.CreateAHReq))
-		return r, nil, err
-	case verbsock.OpDestroyAH:
-		return &verbsock.Empty{}, nil, c.destroyAH(req.(*verbsock.HandleReq).Handle)
-	case verbsock.OpQueryStats:
-		r, err := c.queryStats(req.(*verbsock.PageReq))
-		return r, nil, err
-	case verbsock.OpListQPs:
-		r, err := c.listQPs(req.(*verbsock.PageReq))
-		return r, nil, err
-	case verbsock.OpCapture:
-		return c.capture(req.(*verbsock.CaptureReq))
+	if h, ok := handlers[op]; ok {
+		return h(c, req, fds)
 	}
 	return nil, nil, errf(syscall.EOPNOTSUPP, "operation %v", op)
+}
+
+// handler runs one decoded request; req has the type
+// verbsock.DecodeRequest gives the op, so the adapters' assertions hold.
+type handler func(c *conn, req any, fds []int) (any, []int, error)
+
+// handlers maps each operation the daemon serves, rdma_cm's aside
+// (dispatchCM), to its handler.
+var handlers = map[verbsock.Op]handler{
+	verbsock.OpHello: func(c *conn, req any, _ []int) (any, []int, error) {
+		return c.hello(req.(*verbsock.HelloReq))
+	},
+	verbsock.OpQueryDevice: func(c *conn, _ any, _ []int) (any, []int, error) {
+		return c.queryDevice(), nil, nil
+	},
+	verbsock.OpQueryPort: reply((*conn).queryPort),
+	verbsock.OpQueryGID:  reply((*conn).queryGID),
+	verbsock.OpAllocPD: func(c *conn, _ any, _ []int) (any, []int, error) {
+		r, err := c.allocPD()
+		return r, nil, err
+	},
+	verbsock.OpDeallocPD: byHandle((*conn).deallocPD),
+	verbsock.OpMapMem: func(c *conn, _ any, fds []int) (any, []int, error) {
+		r, err := c.mapMem(fds)
+		return r, nil, err
+	},
+	verbsock.OpUnmapMem:    byHandle((*conn).unmapMem),
+	verbsock.OpRegMR:       reply((*conn).regMR),
+	verbsock.OpDeregMR:     byHandle((*conn).deregMR),
+	verbsock.OpAllocMR:     reply((*conn).allocMR),
+	verbsock.OpAllocMW:     reply((*conn).allocMW),
+	verbsock.OpDeallocMW:   byHandle((*conn).deallocMW),
+	verbsock.OpBindMW:      reply((*conn).bindMW),
+	verbsock.OpCreateCQ:    withFDs((*conn).createCQ),
+	verbsock.OpDestroyCQ:   byHandle((*conn).destroyCQHandle),
+	verbsock.OpResizeCQ:    replyFDs((*conn).resizeCQ),
+	verbsock.OpReqNotifyCQ: done((*conn).reqNotifyCQ),
+	verbsock.OpCreateQP:    withFDs((*conn).createQP),
+	verbsock.OpModifyQP:    done((*conn).modifyQP),
+	verbsock.OpQueryQP:     reply((*conn).queryQP),
+	verbsock.OpDestroyQP:   byHandle((*conn).destroyQPHandle),
+	verbsock.OpCreateSRQ:   withFDs((*conn).createSRQ),
+	verbsock.OpModifySRQ:   done((*conn).modifySRQ),
+	verbsock.OpResizeSRQ:   replyFDs((*conn).resizeSRQ),
+	verbsock.OpQuerySRQ: func(c *conn, req any, _ []int) (any, []int, error) {
+		r, err := c.querySRQ(req.(*verbsock.HandleReq).Handle)
+		return r, nil, err
+	},
+	verbsock.OpDestroySRQ: byHandle((*conn).destroySRQHandle),
+	verbsock.OpCreateAH:   reply((*conn).createAH),
+	verbsock.OpDestroyAH:  byHandle((*conn).destroyAH),
+	verbsock.OpQueryStats: reply((*conn).queryStats),
+	verbsock.OpListQPs:    reply((*conn).listQPs),
+	verbsock.OpCapture: func(c *conn, req any, _ []int) (any, []int, error) {
+		return c.capture(req.(*verbsock.CaptureReq))
+	},
+}
+
+// withFDs adapts a handler that takes the request's descriptors and
+// returns descriptors to send (the create calls).
+func withFDs[R any](f func(*conn, R, []int) (any, []int, error)) handler {
+	return func(c *conn, req any, fds []int) (any, []int, error) { return f(c, req.(R), fds) }
+}
+
+// replyFDs adapts a handler that takes the request's descriptors and
+// sends none back (the resize calls).
+func replyFDs[R any](f func(*conn, R, []int) (any, error)) handler {
+	return func(c *conn, req any, fds []int) (any, []int, error) {
+		r, err := f(c, req.(R), fds)
+		return r, nil, err
+	}
+}
+
+// reply adapts a handler that neither takes nor sends descriptors.
+func reply[R any](f func(*conn, R) (any, error)) handler {
+	return func(c *conn, req any, _ []int) (any, []int, error) {
+		r, err := f(c, req.(R))
+		return r, nil, err
+	}
+}
+
+// done adapts a handler whose reply is empty.
+func done[R any](f func(*conn, R) error) handler {
+	return func(c *conn, req any, _ []int) (any, []int, error) { return &verbsock.Empty{}, nil, f(c, req.(R)) }
+}
+
+// byHandle adapts a handler of a verbsock.HandleReq whose reply is empty
+// (the destroy and dealloc calls).
+func byHandle(f func(*conn, uint32) error) handler {
+	return func(c *conn, req any, _ []int) (any, []int, error) {
+		return &verbsock.Empty{}, nil, f(c, req.(*verbsock.HandleReq).Handle)
+	}
 }
 
 // handle allocates the next handle; handles are never reused on a
