@@ -37,37 +37,12 @@ func wireCap(c transport.QPCap) verbsock.QPCap {
 }
 
 func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) {
-	typ := transport.QPType(r.Type)
-	switch typ {
-	case transport.QPTypeRC, transport.QPTypeUC, transport.QPTypeUD:
-	default:
-		return nil, nil, errf(syscall.EINVAL, "QP type %d (RC 2, UC 3, UD 4)", r.Type)
-	}
-	if r.SigAll > 1 || r.Reserved != 0 {
-		return nil, nil, errf(syscall.EINVAL, "sq_sig_all %d", r.SigAll)
-	}
-	c.mu.Lock()
-	p, err := c.pdLocked(r.PD)
-	scq, rcq := c.cqs[r.SendCQ], c.cqs[r.RecvCQ]
-	var srq *srqObj
-	if r.SRQ != 0 {
-		srq = c.srqs[r.SRQ]
-	}
-	full := uint32(len(c.qps)) >= c.s.limits.MaxQP
-	c.mu.Unlock()
-	switch {
-	case err != nil:
+	if err := checkQPReq(r); err != nil {
 		return nil, nil, err
-	case scq == nil:
-		return nil, nil, noObj("CQ", r.SendCQ)
-	case rcq == nil:
-		return nil, nil, noObj("CQ", r.RecvCQ)
-	case r.SRQ != 0 && srq == nil:
-		return nil, nil, noObj("SRQ", r.SRQ)
-	case srq != nil && srq.pd != r.PD:
-		return nil, nil, errf(syscall.EINVAL, "SRQ %d is in another PD", r.SRQ)
-	case full:
-		return nil, nil, quota("QPs", uint64(c.s.limits.MaxQP))
+	}
+	p, scq, rcq, srq, err := c.qpRefs(r)
+	if err != nil {
+		return nil, nil, err
 	}
 	cp, sqN, rqN, err := qpCaps(r.Cap, srq != nil, c.s.dev.Attr())
 	if err != nil {
@@ -80,6 +55,7 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 	if err := c.charge(resQP, 1); err != nil {
 		return nil, nil, err
 	}
+	typ := transport.QPType(r.Type)
 	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq}
 	bfd := -1 // the client's end of the doorbell
 	o.heap = qpHeapBytes(cp, srq != nil, typ, c.s.cfg.MaxFastRegPages)
@@ -102,14 +78,8 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		}
 		return nil, nil, err
 	}
-	sqes := ring.SQEntrySize(cp.MaxSendSGE, cp.MaxInlineData)
-	if o.sqm, err = c.mapFD(fds[0], int64(ring.Bytes(sqN, sqes, shm.PageSize))); err != nil {
-		return fail(fmt.Errorf("SQ ring: %w", err))
-	}
-	if srq == nil {
-		if o.rqm, err = c.mapFD(fds[1], int64(ring.Bytes(rqN, ring.RQEntrySize(cp.MaxRecvSGE), shm.PageSize))); err != nil {
-			return fail(fmt.Errorf("RQ ring: %w", err))
-		}
+	if err := c.mapQPRings(o, fds, sqN, rqN); err != nil {
+		return fail(err)
 	}
 	b, peer, err := newBell()
 	if err != nil {
@@ -119,6 +89,82 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 	c.mu.Lock()
 	h := c.handleLocked()
 	c.mu.Unlock()
+	cfg, err := c.qpConfig(o, p, h, sqN, rqN)
+	if err != nil {
+		return fail(err)
+	}
+	qp, err := c.s.dev.CreateQP(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	o.qp.Store(qp)
+	c.addQP(h, o)
+	go b.run(func() { qp.NotifySend(); qp.NotifyRecv() })
+	c.log.Debug("QP created", "qp", h, "qpn", qp.QPN(), "type", typ)
+	return &verbsock.CreateQPResp{QP: h, QPN: qp.QPN(), Cap: wireCap(cp)}, []int{bfd}, nil
+}
+
+// checkQPReq checks what create_qp asks for before anything is looked up:
+// a QP type the device serves and a boolean sq_sig_all.
+func checkQPReq(r *verbsock.CreateQPReq) error {
+	switch transport.QPType(r.Type) {
+	case transport.QPTypeRC, transport.QPTypeUC, transport.QPTypeUD:
+	default:
+		return errf(syscall.EINVAL, "QP type %d (RC 2, UC 3, UD 4)", r.Type)
+	}
+	if r.SigAll > 1 || r.Reserved != 0 {
+		return errf(syscall.EINVAL, "sq_sig_all %d", r.SigAll)
+	}
+	return nil
+}
+
+// qpRefs looks up the PD, CQs and SRQ a create_qp names and checks the
+// client's QP quota, all under one hold of c.mu.
+func (c *conn) qpRefs(r *verbsock.CreateQPReq) (p *pdObj, scq, rcq *cqObj, srq *srqObj, err error) {
+	c.mu.Lock()
+	p, err = c.pdLocked(r.PD)
+	scq, rcq = c.cqs[r.SendCQ], c.cqs[r.RecvCQ]
+	if r.SRQ != 0 {
+		srq = c.srqs[r.SRQ]
+	}
+	full := uint32(len(c.qps)) >= c.s.limits.MaxQP
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+	case scq == nil:
+		err = noObj("CQ", r.SendCQ)
+	case rcq == nil:
+		err = noObj("CQ", r.RecvCQ)
+	case r.SRQ != 0 && srq == nil:
+		err = noObj("SRQ", r.SRQ)
+	case srq != nil && srq.pd != r.PD:
+		err = errf(syscall.EINVAL, "SRQ %d is in another PD", r.SRQ)
+	case full:
+		err = quota("QPs", uint64(c.s.limits.MaxQP))
+	}
+	return p, scq, rcq, srq, err
+}
+
+// mapQPRings maps the client's SQ ring (fds[0]) and, without an SRQ, its
+// RQ ring (fds[1]) into o; the caller releases what was mapped on error.
+func (c *conn) mapQPRings(o *qpObj, fds []int, sqN, rqN uint32) error {
+	var err error
+	sqes := ring.SQEntrySize(o.cap.MaxSendSGE, o.cap.MaxInlineData)
+	if o.sqm, err = c.mapFD(fds[0], int64(ring.Bytes(sqN, sqes, shm.PageSize))); err != nil {
+		return fmt.Errorf("SQ ring: %w", err)
+	}
+	if o.srq == nil {
+		if o.rqm, err = c.mapFD(fds[1], int64(ring.Bytes(rqN, ring.RQEntrySize(o.cap.MaxRecvSGE), shm.PageSize))); err != nil {
+			return fmt.Errorf("RQ ring: %w", err)
+		}
+	}
+	return nil
+}
+
+// qpConfig makes the daemon ends of o's rings (a ring found corrupt moves
+// QP h to ERR and tells the client) and the device's configuration of it.
+func (c *conn) qpConfig(o *qpObj, p *pdObj, h, sqN, rqN uint32) (nic.QPConfig, error) {
+	cp := o.cap
 	onCorrupt := func(why string) {
 		c.log.Warn("client ring corrupt; QP to ERR", "qp", h, "reason", why)
 		if qp := o.qp.Load(); qp != nil {
@@ -130,37 +176,35 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		MaxInline: cp.MaxInlineData, MaxPages: c.s.cfg.MaxFastRegPages, PageSize: shm.PageSize, PD: p.pd,
 		Resolver: c, OnCorrupt: onCorrupt})
 	if err != nil {
-		return fail(errf(syscall.EINVAL, "%v", err))
+		return nic.QPConfig{}, errf(syscall.EINVAL, "%v", err)
 	}
 	o.sq = sq
-	cfg := nic.QPConfig{Type: typ, PD: p.pd, Cap: cp, SendCQ: scq.cq, RecvCQ: rcq.cq, SQSigAll: o.sigAll, SQ: sq,
+	cfg := nic.QPConfig{Type: o.typ, PD: p.pd, Cap: cp, SendCQ: o.scq.cq, RecvCQ: o.rcq.cq, SQSigAll: o.sigAll, SQ: sq,
 		Owner: c.pid, OnEvent: func(ev transport.Event) { c.event(verbsock.EventMsg{Type: eventType(ev), Handle: h}) }}
-	if srq != nil {
-		cfg.SRQ = srq.srq
+	if o.srq != nil {
+		cfg.SRQ = o.srq.srq
 	} else {
 		rq, err := ring.NewRecvQueue(ring.RQConfig{Mem: o.rqm.Bytes(), Entries: rqN, MaxSGE: cp.MaxRecvSGE,
 			PageSize: shm.PageSize, OnCorrupt: onCorrupt})
 		if err != nil {
-			return fail(errf(syscall.EINVAL, "%v", err))
+			return nic.QPConfig{}, errf(syscall.EINVAL, "%v", err)
 		}
 		cfg.RQ = rq
 	}
-	qp, err := c.s.dev.CreateQP(cfg)
-	if err != nil {
-		return fail(err)
-	}
-	o.qp.Store(qp)
+	return cfg, nil
+}
+
+// addQP enters a created QP on the connection and counts it as a user of
+// its CQs and SRQ.
+func (c *conn) addQP(h uint32, o *qpObj) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.qps[h] = o
-	scq.users++
-	rcq.users++
-	if srq != nil {
-		srq.users++
+	o.scq.users++
+	o.rcq.users++
+	if o.srq != nil {
+		o.srq.users++
 	}
-	c.mu.Unlock()
-	go b.run(func() { qp.NotifySend(); qp.NotifyRecv() })
-	c.log.Debug("QP created", "qp", h, "qpn", qp.QPN(), "type", typ)
-	return &verbsock.CreateQPResp{QP: h, QPN: qp.QPN(), Cap: wireCap(cp)}, []int{bfd}, nil
 }
 
 func b2i(b bool) int {
