@@ -76,29 +76,19 @@ func (c *conn) createCQ(r *verbsock.CreateCQReq, fds []int) (any, []int, error) 
 }
 
 func (c *conn) destroyCQHandle(h uint32) error {
-	c.mu.Lock()
-	o := c.cqs[h]
-	if o == nil {
-		c.mu.Unlock()
-		return noObj("CQ", h)
+	o, err := cqTable.remove(c, h)
+	if err != nil {
+		return err
 	}
-	if o.users > 0 {
-		c.mu.Unlock()
-		return errf(syscall.EBUSY, "CQ %d is used by %d QPs", h, o.users)
-	}
-	delete(c.cqs, h)
-	c.mu.Unlock()
 	c.destroyCQ(o)
 	c.uncharge(resCQ, 1)
 	return nil
 }
 
 func (c *conn) resizeCQ(r *verbsock.ResizeCQReq, fds []int) (any, error) {
-	c.mu.Lock()
-	o := c.cqs[r.CQ]
-	c.mu.Unlock()
-	if o == nil {
-		return nil, noObj("CQ", r.CQ)
+	o, err := cqTable.lookup(c, r.CQ)
+	if err != nil {
+		return nil, err
 	}
 	max := min(c.s.dev.Attr().MaxCQE, ring.MaxEntries)
 	if r.CQE == 0 || r.CQE > max {
@@ -122,11 +112,9 @@ func (c *conn) resizeCQ(r *verbsock.ResizeCQReq, fds []int) (any, error) {
 }
 
 func (c *conn) reqNotifyCQ(r *verbsock.ReqNotifyCQReq) error {
-	c.mu.Lock()
-	o := c.cqs[r.CQ]
-	c.mu.Unlock()
-	if o == nil {
-		return noObj("CQ", r.CQ)
+	o, err := cqTable.lookup(c, r.CQ)
+	if err != nil {
+		return err
 	}
 	if r.SolicitedOnly > 1 {
 		return errf(syscall.EINVAL, "solicited_only %d", r.SolicitedOnly)

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/vrnic/vrnicd/verbsock"
@@ -41,5 +42,28 @@ func TestHandlersTakeSpecRequest(t *testing.T) {
 			}()
 			h(nil, verbsock.Specs[op].Req(), nil)
 		}()
+	}
+}
+
+// TestTableRemove checks the one remove every kind shares: ibv_destroy_cq
+// and ibv_destroy_srq fail with EBUSY while a QP still uses the object
+// (which then stays), an unknown handle is ENOENT, an idle one goes.
+func TestTableRemove(t *testing.T) {
+	idle := &cqObj{}
+	c := &conn{cqs: map[uint32]*cqObj{1: {users: 1}, 2: idle}}
+	if _, err := cqTable.remove(c, 1); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("CQ used by a QP: %v, want EBUSY", err)
+	}
+	if _, err := cqTable.lookup(c, 1); err != nil {
+		t.Errorf("busy CQ after a refused destroy: %v", err)
+	}
+	if o, err := cqTable.remove(c, 2); err != nil || o != idle {
+		t.Errorf("idle CQ: %v, %v", o, err)
+	}
+	if _, err := cqTable.lookup(c, 2); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("destroyed CQ: %v, want ENOENT", err)
+	}
+	if _, err := cqTable.remove(c, 3); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("unknown CQ: %v, want ENOENT", err)
 	}
 }

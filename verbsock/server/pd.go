@@ -63,12 +63,9 @@ func (c *conn) mapMem(fds []int) (any, error) {
 }
 
 func (c *conn) unmapMem(h uint32) error {
-	c.mu.Lock()
-	m := c.mems[h]
-	delete(c.mems, h)
-	c.mu.Unlock()
-	if m == nil {
-		return noObj("memory object", h)
+	m, err := memTable.remove(c, h)
+	if err != nil {
+		return err
 	}
 	c.uncharge(resMem, 1)
 	m.m.Release() // unmapped now, or when the last MR over it goes
@@ -76,9 +73,5 @@ func (c *conn) unmapMem(h uint32) error {
 }
 
 func (c *conn) pdLocked(h uint32) (*pdObj, error) {
-	p := c.pds[h]
-	if p == nil {
-		return nil, noObj("PD", h)
-	}
-	return p, nil
+	return pdTable.lookupLocked(c, h)
 }

@@ -236,13 +236,7 @@ func eventType(ev transport.Event) verbsock.EventType {
 }
 
 func (c *conn) qp(h uint32) (*qpObj, error) {
-	c.mu.RLock()
-	o := c.qps[h]
-	c.mu.RUnlock()
-	if o == nil {
-		return nil, noObj("QP", h)
-	}
-	return o, nil
+	return qpTable.lookup(c, h)
 }
 
 // QPAttrFromWire and QPAttrToWire convert between the wire form and the
@@ -315,14 +309,10 @@ func (c *conn) queryQP(r *verbsock.QueryQPReq) (any, error) {
 }
 
 func (c *conn) destroyQPHandle(h uint32) error {
-	c.mu.Lock()
-	o := c.qps[h]
-	if o == nil {
-		c.mu.Unlock()
-		return noObj("QP", h)
+	o, err := qpTable.remove(c, h)
+	if err != nil {
+		return err
 	}
-	delete(c.qps, h)
-	c.mu.Unlock()
 	c.destroyQP(o)
 	c.uncharge(resQP, 1)
 	c.mu.Lock()

@@ -190,13 +190,7 @@ func (o *srqObj) moveTo(rq *ring.RecvQueue, m *shm.Mapping, n uint32) (used uint
 }
 
 func (c *conn) srq(h uint32) (*srqObj, error) {
-	c.mu.RLock()
-	o := c.srqs[h]
-	c.mu.RUnlock()
-	if o == nil {
-		return nil, noObj("SRQ", h)
-	}
-	return o, nil
+	return srqTable.lookup(c, h)
 }
 
 func (c *conn) modifySRQ(r *verbsock.ModifySRQReq) error {
@@ -227,18 +221,10 @@ func (c *conn) querySRQ(h uint32) (any, error) {
 }
 
 func (c *conn) destroySRQHandle(h uint32) error {
-	c.mu.Lock()
-	o := c.srqs[h]
-	if o == nil {
-		c.mu.Unlock()
-		return noObj("SRQ", h)
+	o, err := srqTable.remove(c, h)
+	if err != nil {
+		return err
 	}
-	if o.users > 0 {
-		c.mu.Unlock()
-		return errf(syscall.EBUSY, "SRQ %d is used by %d QPs", h, o.users)
-	}
-	delete(c.srqs, h)
-	c.mu.Unlock()
 	c.destroySRQ(o)
 	c.uncharge(resSRQ, 1)
 	return nil
