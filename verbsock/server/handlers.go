@@ -126,7 +126,7 @@ func byHandle(f func(*conn, uint32) error) handler {
 	}
 }
 
-// handle allocates the next handle; handles are never reused on a
+// handleLocked allocates the next handle; handles are never reused on a
 // connection. Caller holds c.mu.
 func (c *conn) handleLocked() uint32 {
 	h := c.nextHandle
