@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"time"
 
@@ -170,7 +171,7 @@ func Socketpair() (*net.UnixConn, *net.UnixConn, error) {
 	}
 	var out [2]*net.UnixConn
 	for i, fd := range fds {
-		f := osNewFile(fd, "verbsock")
+		f := os.NewFile(uintptr(fd), "verbsock")
 		fc, err := net.FileConn(f)
 		f.Close()
 		if err != nil {

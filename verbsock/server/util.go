@@ -1,5 +1,0 @@
-package server
-
-import "time"
-
-func sleepBackoff() { time.Sleep(time.Millisecond) }
