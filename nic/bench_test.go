@@ -1,6 +1,8 @@
 package nic_test
 
 import (
+	"github.com/vrnic/vrnicd/nic"
+	"runtime"
 	"testing"
 	"time"
 
@@ -83,4 +85,43 @@ func BenchmarkPipeFrames4K(b *testing.B) {
 		sent += n
 	}
 	<-done
+}
+
+// BenchmarkIdleQPMemory reports what an idle RC QP at perftest's default
+// caps (ib_write_bw: tx_depth 128, rx_depth 512, one SGE each way, no
+// inline) costs the device's heap, over 1000 of them, beside the caps'
+// own measure: the bytes of the WQEs those depths can hold.
+//
+//	go test -run '^$' -bench IdleQPMemory ./nic/
+func BenchmarkIdleQPMemory(b *testing.B) {
+	const n = 1000
+	ha, _ := nictest.Pair(b, 9000)
+	pd, err := ha.Dev.Mem().AllocPD()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cq := transport.NewMemCQ(16, nil)
+	caps := transport.QPCap{MaxSendWR: 128, MaxRecvWR: 512, MaxSendSGE: 1, MaxRecvSGE: 1}
+	var perQP float64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		qps := make([]*nic.QP, 0, n)
+		for range n {
+			q, err := ha.Dev.CreateQP(nic.QPConfig{Type: transport.QPTypeRC, PD: pd, SendCQ: cq, RecvCQ: cq, Cap: caps})
+			if err != nil {
+				b.Fatal(err)
+			}
+			qps = append(qps, q)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perQP = float64(after.HeapAlloc-before.HeapAlloc) / n
+		for _, q := range qps {
+			q.Destroy()
+		}
+	}
+	b.ReportMetric(perQP, "heap-bytes/QP")
+	b.ReportMetric(float64((caps.MaxSendWR+caps.MaxRecvWR)*16), "sge-bytes/QP")
 }

@@ -347,7 +347,7 @@ func (ss *sendSide) queueRequest(f *wire.PacketFields, s *qpSnap, w *swqe, off, 
 		av = w.wr.AH
 	}
 	ss.tx = append(ss.tx, TxPacket{Buf: buf, Headroom: h, AV: av, SrcPort: s.srcPort, SrcQPN: q.qpn})
-	if len(ss.tx) == cap(ss.tx) {
+	if len(ss.tx) >= txBatch {
 		ss.flushTx()
 	}
 	q.inc(SentPkts)

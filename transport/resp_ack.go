@@ -137,7 +137,7 @@ func (rs *recvSide) emit(f *wire.PacketFields, it *respItem, n int, s *qpSnap) {
 	}
 	rs.tx = append(rs.tx, TxPacket{Buf: buf, Headroom: h, AV: &s.attr.AV, SrcPort: s.srcPort, SrcQPN: q.qpn})
 	q.inc(SentPkts)
-	if len(rs.tx) == cap(rs.tx) {
+	if len(rs.tx) >= txBatch {
 		rs.flushTx()
 	}
 }

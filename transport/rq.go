@@ -29,6 +29,7 @@ type recvSide struct {
 	rqSGL          [][]SGE
 	rqHead, rqTail uint64
 	rqMask         uint64
+	rqFull         uint64 // the ring's size at the QP's depth; it grows up to it
 
 	lastGen, lastResets uint64
 	state               QPState
@@ -64,21 +65,37 @@ type recvSide struct {
 
 func (rs *recvSide) init(q *QP) {
 	rs.q = q
-	n := uint64(1)
-	for n < uint64(q.cap.MaxRecvWR) {
-		n <<= 1
-	}
-	rs.rq = make([]RecvWR, n)
-	rs.rqSGL = make([][]SGE, n)
-	k := int(max(q.cap.MaxRecvSGE, 1))
-	sge := make([]SGE, int(n)*k)
-	for i := range rs.rqSGL {
-		rs.rqSGL[i] = sge[i*k : (i+1)*k : (i+1)*k]
-	}
-	rs.rqMask = n - 1
-	rs.tx = make([]TxPacket, 0, txBatch)
+	rs.rqFull = pow2(q.cap.MaxRecvWR)
+	rs.growRQ(min(rs.rqFull, initialSlots))
 	rs.state = StateReset
 	rs.connected = false
+}
+
+// growRQ makes the receive ring n slots, as sendSide.grow does: queued WQEs
+// keep their index and their SGE buffers (a WQE taken into cur still
+// points at its own), new slots get buffers of their own.
+func (rs *recvSide) growRQ(n uint64) {
+	oldRQ, oldSGL, oldMask := rs.rq, rs.rqSGL, rs.rqMask
+	rs.rq, rs.rqSGL, rs.rqMask = make([]RecvWR, n), make([][]SGE, n), n-1
+	for i := rs.rqHead; i < rs.rqTail && oldRQ != nil; i++ {
+		rs.rq[i&rs.rqMask] = oldRQ[i&oldMask]
+		rs.rqSGL[i&rs.rqMask] = oldSGL[i&oldMask]
+	}
+	k := int(max(rs.q.cap.MaxRecvSGE, 1))
+	need := 0
+	for _, b := range rs.rqSGL {
+		if b == nil {
+			need++
+		}
+	}
+	sge := make([]SGE, need*k)
+	j := 0
+	for i := range rs.rqSGL {
+		if rs.rqSGL[i] == nil {
+			rs.rqSGL[i] = sge[j*k : (j+1)*k : (j+1)*k]
+			j++
+		}
+	}
 }
 
 func (rs *recvSide) sync() *qpSnap {
@@ -153,6 +170,9 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	}
 	if rs.rqTail-rs.rqHead >= uint64(q.cap.MaxRecvWR) {
 		return ErrFull
+	}
+	if rs.rqTail-rs.rqHead == uint64(len(rs.rq)) {
+		rs.growRQ(2 * uint64(len(rs.rq))) // below rqFull: MaxRecvWR <= rqFull
 	}
 	i := rs.rqTail & rs.rqMask
 	sgl := rs.rqSGL[i][:0]

@@ -65,6 +65,7 @@ type sendSide struct {
 	q    *QP
 	ring []swqe
 	mask uint64
+	full uint64 // the ring's size at the QP's depth; it grows up to it
 
 	head, issue, net, tail uint64
 
@@ -110,31 +111,52 @@ type sendSide struct {
 	wc WC
 }
 
+// initialSlots is how many WQE slots a queue starts with; it doubles, up to
+// its depth, as posts fill it, so that an idle QP costs little whatever
+// depth it was created with.
+const initialSlots = 8
+
 func (ss *sendSide) init(q *QP) {
 	ss.q = q
-	n := uint64(1)
-	for n < uint64(q.cap.MaxSendWR) {
-		n <<= 1
+	ss.full = pow2(q.cap.MaxSendWR)
+	ss.grow(min(ss.full, initialSlots))
+	ss.state = StateReset
+}
+
+// grow makes the ring n slots, every queued WQE (head to tail) keeping its
+// index and its slot's buffers; new slots get buffers of their own. Only
+// the send owner calls it, between runs, so no WQE pointer is held.
+func (ss *sendSide) grow(n uint64) {
+	old, oldMask := ss.ring, ss.mask
+	ss.ring, ss.mask = make([]swqe, n), n-1
+	for i := ss.head; i < ss.tail && old != nil; i++ {
+		ss.ring[i&ss.mask] = old[i&oldMask]
 	}
-	if q.cap.MaxSendWR == 0 {
-		n = 1
-	}
-	ss.ring = make([]swqe, n)
-	ss.mask = n - 1
-	sge := make([]SGE, int(n)*int(max(q.cap.MaxSendSGE, 1)))
+	k := int(max(ss.q.cap.MaxSendSGE, 1))
+	in := int(ss.q.cap.MaxInlineData)
+	need := 0
 	for i := range ss.ring {
-		k := int(max(q.cap.MaxSendSGE, 1))
-		ss.ring[i].sglBuf = sge[i*k : (i+1)*k : (i+1)*k]
-	}
-	if q.cap.MaxInlineData > 0 {
-		in := make([]byte, int(n)*int(q.cap.MaxInlineData))
-		k := int(q.cap.MaxInlineData)
-		for i := range ss.ring {
-			ss.ring[i].inline = in[i*k : (i+1)*k : (i+1)*k]
+		if ss.ring[i].sglBuf == nil {
+			need++
 		}
 	}
-	ss.tx = make([]TxPacket, 0, txBatch)
-	ss.state = StateReset
+	sge := make([]SGE, need*k)
+	var inl []byte
+	if in > 0 {
+		inl = make([]byte, need*in)
+	}
+	j := 0
+	for i := range ss.ring {
+		w := &ss.ring[i]
+		if w.sglBuf != nil {
+			continue
+		}
+		w.sglBuf = sge[j*k : (j+1)*k : (j+1)*k]
+		if in > 0 {
+			w.inline = inl[j*in : (j+1)*in : (j+1)*in]
+		}
+		j++
+	}
 }
 
 func (ss *sendSide) slot(i uint64) *swqe { return &ss.ring[i&ss.mask] }
@@ -192,8 +214,14 @@ func (q *QP) PostSend(wr *SendWR) error {
 			return err
 		}
 	}
-	if ss.tail-ss.head == uint64(len(ss.ring)) || ss.tail-ss.head >= uint64(max(q.cap.MaxSendWR, 1)) {
+	if ss.tail-ss.head >= uint64(max(q.cap.MaxSendWR, 1)) {
 		return ErrFull
+	}
+	if ss.tail-ss.head == uint64(len(ss.ring)) {
+		if uint64(len(ss.ring)) >= ss.full {
+			return ErrFull
+		}
+		ss.grow(2 * uint64(len(ss.ring)))
 	}
 	w := ss.slot(ss.tail)
 	sglBuf, inline := w.sglBuf, w.inline
