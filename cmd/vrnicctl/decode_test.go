@@ -261,8 +261,8 @@ func TestDecodeGoldenCM(t *testing.T) {
 	}
 }
 
-// handMadeCapture writes a pcap of good, non-RoCE and broken frames and
-// returns its path and the frames it expects to print, by frame number.
+// handFrame is one frame of a hand-made capture and what decoding it must
+// print.
 type handFrame struct {
 	data     []byte
 	caplen   int    // 0: all of data

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/vrnic/vrnicd/transport/wire"
 	"net"
 	"net/netip"
 	"os"
@@ -444,16 +445,9 @@ func e2eUD(t *testing.T, n *e2eNet) {
 		udpLen := 8 + 12 + 8 + size + 4 // UDP, BTH, DETH, payload, ICRC
 		if !v6 {
 			ip := grh[20:]
-			var sum uint32
-			for j := 0; j < 20; j += 2 {
-				sum += uint32(binary.BigEndian.Uint16(ip[j:]))
-			}
-			for sum > 0xffff {
-				sum = sum&0xffff + sum>>16
-			}
 			if ip[0] != 0x45 || int(binary.BigEndian.Uint16(ip[2:])) != 20+udpLen || ip[8] != 33 || ip[9] != 17 ||
 				netip.AddrFrom4([4]byte(ip[12:16])).String() != e2eA4 || netip.AddrFrom4([4]byte(ip[16:20])).String() != e2eB4 ||
-				sum != 0xffff {
+				!wire.IPv4(ip).ChecksumValid() {
 				t.Fatalf("IPv4 GRH % x", grh)
 			}
 		} else if grh[0]>>4 != 6 || int(binary.BigEndian.Uint16(grh[4:])) != udpLen || grh[6] != 17 || grh[7] != 33 ||

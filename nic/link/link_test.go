@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/vrnic/vrnicd/transport/wire"
 	"net"
 	"net/netip"
 	"testing"
@@ -11,7 +12,6 @@ import (
 
 	"golang.org/x/net/bpf"
 
-	"github.com/vrnic/vrnicd/nic/internal/inetsum"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 )
@@ -142,14 +142,7 @@ func roceProbe(v6 bool, proto uint8, dport uint16, frag uint16, payload ...byte)
 	p[8] = 64
 	p[9] = proto
 	copy(p[12:], []byte{192, 0, 2, 1, 192, 0, 2, 2})
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(p[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	binary.BigEndian.PutUint16(p[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(p[10:], wire.Checksum(p[:20]))
 	binary.BigEndian.PutUint16(p[20+2:], dport)
 	binary.BigEndian.PutUint16(p[20+4:], uint16(8+len(payload)))
 	p = append(p, payload...)
@@ -385,7 +378,7 @@ func TestRawFinishesLocalSendersChecksums(t *testing.T) {
 		if !bytes.Equal(udp[8:], payload) {
 			t.Fatalf("%s: payload %x", dst, udp[8:])
 		}
-		if binary.BigEndian.Uint16(udp[6:]) == 0 || inetsum.L4(src, to, 17, udp) != 0 {
+		if binary.BigEndian.Uint16(udp[6:]) == 0 || wire.L4Checksum(src, to, 17, udp) != 0 {
 			t.Errorf("%s: UDP checksum %#04x does not verify", dst, binary.BigEndian.Uint16(udp[6:]))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/vrnic/vrnicd/transport/wire"
 	"net"
 	"net/netip"
 	"os"
@@ -15,8 +16,6 @@ import (
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
-
-	"github.com/vrnic/vrnicd/nic/internal/inetsum"
 )
 
 // RawConfig configures OpenRaw.
@@ -216,7 +215,7 @@ func (r *Raw) fdErr(err error) error {
 	return fmt.Errorf("link %s: %w", r.name, err)
 }
 
-// mmsg fills hdrs/iovs with one iovec per buffer.
+// fillMmsg fills hdrs/iovs with one iovec per buffer.
 func fillMmsg(hdrs []unix.Mmsghdr, iovs []unix.Iovec, bufs [][]byte, offset int) {
 	for i, b := range bufs {
 		b = b[offset:]
@@ -398,7 +397,7 @@ func finishUDPChecksum(f []byte) {
 		return
 	}
 	udp[6], udp[7] = 0, 0
-	c := inetsum.L4(src, dst, 17, udp)
+	c := wire.L4Checksum(src, dst, 17, udp)
 	if c == 0 {
 		c = 0xffff // 0 means "no checksum" on the wire
 	}

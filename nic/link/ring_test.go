@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/vrnic/vrnicd/transport/wire"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/vrnic/vrnicd/nic/internal/inetsum"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 )
@@ -402,7 +402,7 @@ func TestRawRingFinishesLocalSendersChecksums(t *testing.T) {
 		if !bytes.Equal(udp[8:], payload) {
 			t.Fatalf("payload %x", udp[8:])
 		}
-		if binary.BigEndian.Uint16(udp[6:]) == 0 || inetsum.L4(src, to, 17, udp) != 0 {
+		if binary.BigEndian.Uint16(udp[6:]) == 0 || wire.L4Checksum(src, to, 17, udp) != 0 {
 			t.Errorf("UDP checksum %#04x does not verify", binary.BigEndian.Uint16(udp[6:]))
 		}
 	})
