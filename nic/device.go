@@ -110,6 +110,7 @@ var (
 	ErrLimit     = errors.New("nic: device limit reached")
 	ErrBadSGID   = errors.New("nic: SGID index names no GID")
 	ErrNoSuchQPN = errors.New("nic: no such QP")
+	ErrNoSuchSRQ = errors.New("nic: no such SRQ")
 )
 
 // NewDevice makes a device; Attach gives it its port.
@@ -296,7 +297,7 @@ func (d *Device) DestroySRQ(s *transport.SRQ) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.srqs[s]; !ok {
-		return ErrNoSuchQPN
+		return ErrNoSuchSRQ
 	}
 	for _, q := range d.qps {
 		if q.tq.SRQ() == s {

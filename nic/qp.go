@@ -30,7 +30,8 @@ type RecvSource interface {
 	Retire(queued int)
 }
 
-// QPConfig is what CreateQP takes.
+// QPConfig is what Device.CreateQP takes: the engine's transport.QPConfig
+// less what the device decides (the QPN, the hooks), plus the client's rings.
 type QPConfig struct {
 	Type     transport.QPType
 	PD       mem.PD
@@ -45,7 +46,9 @@ type QPConfig struct {
 	Owner    int // client pid
 }
 
-// QP is a device QP. A datapath worker owns it (both sides); everything
+// QP is the device's QP (the nic layer): the engine's transport.QP, the
+// client's rings it takes WRs from, and the datapath worker that owns it
+// (both sides). The SDK's verbs.QP is a client's handle to one. Everything
 // below the worker-owned line is touched only on that worker.
 type QP struct {
 	d     *Device

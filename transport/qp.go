@@ -10,7 +10,8 @@ import (
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
-// QPConfig is what a QP is created with (struct ibv_qp_init_attr plus the
+// QPConfig is what an engine QP is created with (nic.QPConfig is the
+// device's, which makes one of these: struct ibv_qp_init_attr plus the
 // number the device gave it).
 type QPConfig struct {
 	QPN      uint32
@@ -24,7 +25,9 @@ type QPConfig struct {
 	Hooks    Hooks
 }
 
-// QP is one queue pair. Its send side (requester, completer and their
+// QP is one queue pair as the protocol engine sees it (the transport layer,
+// without I/O; nic.QP runs one in the device, verbs.QP is a client's handle
+// to that). Its send side (requester, completer and their
 // timers) has one owner, which calls PostSend, HandleResponse and RunSend;
 // its receive side (responder) has one owner, which calls PostRecv,
 // HandleRequest and RunRecv (the device's datapath worker is both). The two

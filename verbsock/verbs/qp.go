@@ -24,7 +24,8 @@ type QPInitAttr struct {
 	SQSigAll bool // every send WR completes signalled
 }
 
-// QP is a queue pair (ibv_qp). Its send and receive queues are rings in
+// QP is a client's queue pair (ibv_qp), a handle to the daemon's nic.QP,
+// which runs the engine's transport.QP. Its send and receive queues are rings in
 // shared memory: PostSend and PostRecv write them and ring the doorbell
 // only when the daemon is idle.
 type QP struct {
