@@ -16,7 +16,7 @@ func (c *conn) createAH(r *verbsock.CreateAHReq) (any, error) {
 	if uint32(len(c.ahs)) >= c.s.limits.MaxAH {
 		return nil, quota("AHs", uint64(c.s.limits.MaxAH))
 	}
-	av := AVFromWire(&r.AV)
+	av := verbsock.AVFromWire(&r.AV)
 	if err := c.s.dev.ResolveAH(&av); err != nil {
 		return nil, errf(syscall.EINVAL, "%v", err)
 	}

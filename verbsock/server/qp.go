@@ -6,7 +6,6 @@ import (
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/transport"
-	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
 	"github.com/vrnic/vrnicd/verbsock/shm"
@@ -239,41 +238,6 @@ func (c *conn) qp(h uint32) (*qpObj, error) {
 	return qpTable.lookup(c, h)
 }
 
-// QPAttrFromWire and QPAttrToWire convert between the wire form and the
-// engine's attributes.
-func QPAttrFromWire(w *verbsock.QPAttr) transport.QPAttr {
-	return transport.QPAttr{
-		State: transport.QPState(w.State), CurState: transport.QPState(w.CurState), PathMTU: transport.MTU(w.PathMTU),
-		QKey: w.QKey, RQPSN: w.RQPSN, SQPSN: w.SQPSN, DestQPN: w.DestQPN, AccessFlags: mem.Access(w.AccessFlags),
-		AV: AVFromWire(&w.AV), PKeyIndex: w.PKeyIndex, Port: w.Port, MaxRdAtomic: w.MaxRdAtomic,
-		MaxDestRdAtomic: w.MaxDestRdAtomic, MinRNRTimer: w.MinRNRTimer, Timeout: w.Timeout, RetryCnt: w.RetryCnt,
-		RNRRetry: w.RNRRetry, SQDrainNotify: w.SQDrainNotify != 0,
-	}
-}
-
-func QPAttrToWire(a *transport.QPAttr) verbsock.QPAttr {
-	w := verbsock.QPAttr{
-		State: uint8(a.State), CurState: uint8(a.CurState), PathMTU: uint8(a.PathMTU), Port: a.Port, QKey: a.QKey,
-		RQPSN: a.RQPSN, SQPSN: a.SQPSN, DestQPN: a.DestQPN, AccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PKeyIndex,
-		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, Timeout: a.Timeout,
-		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, AV: AVToWire(&a.AV),
-	}
-	if a.SQDrainNotify {
-		w.SQDrainNotify = 1
-	}
-	return w
-}
-
-func AVFromWire(w *verbsock.AV) transport.AddressVector {
-	return transport.AddressVector{DGID: w.DGID, SGID: w.SGID, SGIDIndex: w.SGIDIndex, HopLimit: w.HopLimit,
-		TrafficClass: w.TrafficClass, FlowLabel: w.FlowLabel, SL: w.SL, Port: w.Port}
-}
-
-func AVToWire(a *transport.AddressVector) verbsock.AV {
-	return verbsock.AV{DGID: a.DGID, SGID: a.SGID, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
-		TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, SL: a.SL, Port: a.Port}
-}
-
 func (c *conn) modifyQP(r *verbsock.ModifyQPReq) error {
 	o, err := c.qp(r.QP)
 	if err != nil {
@@ -282,7 +246,7 @@ func (c *conn) modifyQP(r *verbsock.ModifyQPReq) error {
 	if r.Mask >= 1<<21 {
 		return errf(syscall.EINVAL, "attribute mask %#x", r.Mask)
 	}
-	a := QPAttrFromWire(&r.Attr)
+	a := verbsock.QPAttrFromWire(&r.Attr)
 	if err := c.checkQKey(transport.AttrMask(r.Mask), a.QKey); err != nil {
 		return err
 	}
@@ -305,7 +269,7 @@ func (c *conn) queryQP(r *verbsock.QueryQPReq) (any, error) {
 		return nil, err
 	}
 	a, _ := o.qp.Load().Query()
-	return &verbsock.QueryQPResp{Attr: QPAttrToWire(&a), Cap: wireCap(o.cap), Type: uint8(o.typ), SigAll: uint8(b2i(o.sigAll))}, nil
+	return &verbsock.QueryQPResp{Attr: verbsock.QPAttrToWire(&a), Cap: wireCap(o.cap), Type: uint8(o.typ), SigAll: uint8(b2i(o.sigAll))}, nil
 }
 
 func (c *conn) destroyQPHandle(h uint32) error {

@@ -249,8 +249,7 @@ type AH struct {
 // SGID from SGIDIndex.
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	var r verbsock.CreateAHResp
-	av := verbsock.AV{DGID: attr.DGID, SGID: attr.SGID, FlowLabel: attr.FlowLabel, SGIDIndex: attr.SGIDIndex,
-		HopLimit: attr.HopLimit, TrafficClass: attr.TrafficClass, SL: attr.SL, Port: attr.Port}
+	av := verbsock.AVToWire(&attr)
 	if _, err := pd.d.call(verbsock.OpCreateAH, &verbsock.CreateAHReq{PD: pd.h, AV: av}, nil, &r); err != nil {
 		return nil, err
 	}

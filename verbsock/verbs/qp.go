@@ -139,16 +139,7 @@ func (q *QP) State() QPState { return QPState(q.state.Load()) }
 
 // Modify changes the QP's attributes (ibv_modify_qp).
 func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
-	a := attr
-	w := verbsock.QPAttr{State: uint8(a.State), CurState: uint8(a.CurState), PathMTU: uint8(a.PathMTU), Port: a.Port,
-		QKey: a.QKey, RQPSN: a.RQPSN, SQPSN: a.SQPSN, DestQPN: a.DestQPN, AccessFlags: uint32(a.AccessFlags),
-		PKeyIndex: a.PKeyIndex, MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer,
-		Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
-		AV: verbsock.AV{DGID: a.AV.DGID, SGID: a.AV.SGID, FlowLabel: a.AV.FlowLabel, SGIDIndex: a.AV.SGIDIndex,
-			HopLimit: a.AV.HopLimit, TrafficClass: a.AV.TrafficClass, SL: a.AV.SL, Port: a.AV.Port}}
-	if a.SQDrainNotify {
-		w.SQDrainNotify = 1
-	}
+	w := verbsock.QPAttrToWire(attr)
 	if _, err := q.d.call(verbsock.OpModifyQP, &verbsock.ModifyQPReq{QP: q.h, Mask: uint32(mask), Attr: w}, nil, &verbsock.Empty{}); err != nil {
 		return err
 	}
@@ -164,13 +155,7 @@ func (q *QP) Query() (QPAttr, QPInitAttr, error) {
 	if _, err := q.d.call(verbsock.OpQueryQP, &verbsock.QueryQPReq{QP: q.h}, nil, &r); err != nil {
 		return QPAttr{}, QPInitAttr{}, err
 	}
-	w := &r.Attr
-	a := QPAttr{State: QPState(w.State), CurState: QPState(w.CurState), PathMTU: MTU(w.PathMTU), QKey: w.QKey,
-		RQPSN: w.RQPSN, SQPSN: w.SQPSN, DestQPN: w.DestQPN, AccessFlags: Access(w.AccessFlags), PKeyIndex: w.PKeyIndex,
-		Port: w.Port, MaxRdAtomic: w.MaxRdAtomic, MaxDestRdAtomic: w.MaxDestRdAtomic, MinRNRTimer: w.MinRNRTimer,
-		Timeout: w.Timeout, RetryCnt: w.RetryCnt, RNRRetry: w.RNRRetry, SQDrainNotify: w.SQDrainNotify != 0,
-		AV: AHAttr{DGID: w.AV.DGID, SGID: w.AV.SGID, FlowLabel: w.AV.FlowLabel, SGIDIndex: w.AV.SGIDIndex,
-			HopLimit: w.AV.HopLimit, TrafficClass: w.AV.TrafficClass, SL: w.AV.SL, Port: w.AV.Port}}
+	a := verbsock.QPAttrFromWire(&r.Attr)
 	return a, q.attr, nil
 }
 
