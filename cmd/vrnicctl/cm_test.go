@@ -17,8 +17,9 @@ import (
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
-// cmQP opens a client of sock and makes one RC QP on it.
-func cmQP(t *testing.T, sock string) (*verbs.Device, *verbs.QP) {
+// cmQP opens a client of sock and makes skip+1 RC QPs on it, returning the
+// last: the two daemons number QPs alike, and the test wants QPNs apart.
+func cmQP(t *testing.T, sock string, skip int) (*verbs.Device, *verbs.QP) {
 	t.Helper()
 	d, err := verbs.Open(sock)
 	if err != nil {
@@ -33,10 +34,12 @@ func cmQP(t *testing.T, sock string) (*verbs.Device, *verbs.QP) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
+	var q *verbs.QP
+	for range skip + 1 {
+		if q, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return d, q
 }
@@ -61,8 +64,11 @@ func cmList(t *testing.T, sock string) []jsonCM {
 // After the disconnect the connection is in TIMEWAIT or gone.
 func TestCM(t *testing.T) {
 	ds := servertest.TwoDaemonsCM(t, 1500, verbsock.Limits{}, cm.Config{CMResponseTimeout: 14, PacketLifeTime: 10})
-	cliDev, qa := cmQP(t, ds[0].Socket)
-	srvDev, qb := cmQP(t, ds[1].Socket)
+	cliDev, qa := cmQP(t, ds[0].Socket, 0)
+	srvDev, qb := cmQP(t, ds[1].Socket, 2)
+	if qa.QPN() == qb.QPN() {
+		t.Fatalf("both QPs are %#x", qa.QPN())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := srvDev.Listen(netip.AddrPortFrom(netip.Addr{}, 7174))
