@@ -161,7 +161,7 @@ type CMEntry struct {
 	Owner     int // pid of the client holding it; 0: none known
 }
 
-// PortSpace and Port are the rdma_cm port space and port ServiceID encodes.
+// PortSpace is the rdma_cm port space the entry's service ID encodes.
 func (e *CMEntry) PortSpace() uint16 { return uint16(e.ServiceID >> 16) }
 
 // Port is the rdma_cm port of the entry's service ID.
