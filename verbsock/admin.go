@@ -80,3 +80,44 @@ type ListQPsResp struct {
 	Next  uint32
 	QPs   [ListQPsPage]QPEntry
 }
+
+// list_cm: the daemon's rdma_cm connections and listeners, as `rdma
+// resource show cm_id` lists them, for `vrnicctl cm`. Paged by position
+// in one snapshot taken at Start 0: Next is the position the next page
+// starts at (0: the last page).
+
+// ListCMPage is the CM entries in a ListCMResp.
+const ListCMPage = 120
+
+// CM entry kinds.
+const (
+	CMEntryConn   = 0
+	CMEntryListen = 1
+)
+
+// CMEntry is one connection or listener. State is the IBA ch. 12 state
+// (transport/cm State: 9 ESTABLISHED, 12 TIMEWAIT); a listener has only
+// ServiceID, Local (all zeros: any address) and Owner. Addresses are
+// IPv4-mapped or IPv6; Owner is the client's pid (0: none known).
+type CMEntry struct {
+	LocalID   uint32
+	RemoteID  uint32
+	ServiceID uint64
+	Local     [16]byte
+	Peer      [16]byte
+	QPN       uint32
+	RemoteQPN uint32
+	Owner     uint32
+	Kind      uint8
+	State     uint8
+	Active    uint8
+	Reserved  uint8
+}
+
+// ListCMResp is one page of CM entries: connections by local comm ID,
+// then listeners.
+type ListCMResp struct {
+	Count uint32
+	Next  uint32
+	Items [ListCMPage]CMEntry
+}

@@ -320,6 +320,7 @@ var Specs = map[Op]OpSpec{
 	OpDestroyAH:   spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpQueryStats:  spec(mk[PageReq](), mk[QueryStatsResp](), none, none),
 	OpListQPs:     spec(mk[PageReq](), mk[ListQPsResp](), none, none),
+	OpListCM:      spec(mk[PageReq](), mk[ListCMResp](), none, none),
 	OpResizeSRQ:   spec(mk[ResizeSRQReq](), mk[ResizeSRQResp](), [2]int{1, 1}, none),
 	OpCapture:     spec(mk[CaptureReq](), mk[CaptureResp](), none, [2]int{1, 1}),
 }

@@ -121,14 +121,15 @@ const (
 	OpListQPs     Op = 31
 	OpResizeSRQ   Op = 32
 	OpCapture     Op = 33
-	numOps        Op = 34
+	OpListCM      Op = 34
+	numOps        Op = 35
 )
 
 var opNames = [numOps]string{"op0", "hello", "query_device", "query_port", "query_gid", "alloc_pd", "dealloc_pd",
 	"map_mem", "unmap_mem", "reg_mr", "dereg_mr", "alloc_mr", "alloc_mw", "dealloc_mw", "bind_mw",
 	"create_cq", "destroy_cq", "resize_cq", "req_notify_cq", "create_qp", "modify_qp", "query_qp", "destroy_qp",
 	"create_srq", "modify_srq", "query_srq", "destroy_srq", "create_ah", "destroy_ah", "event",
-	"query_stats", "list_qps", "resize_srq", "capture"}
+	"query_stats", "list_qps", "resize_srq", "capture", "list_cm"}
 
 // Client-side operations: never on the wire, they name the verb of an
 // error found by the SDK itself.

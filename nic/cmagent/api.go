@@ -229,3 +229,18 @@ func (a *Agent) call(id uint32, f func(out *cm.Output) error) error {
 	a.poke()
 	return nil
 }
+
+// Snapshot is a copy of the agent's connections (by local comm ID) and
+// listeners, as Agent.Snapshot takes them.
+type Snapshot struct {
+	Conns     []cm.Conn
+	Listeners []cm.Listener
+}
+
+// Snapshot copies the Table's connections and listeners under the lock;
+// nothing is called out with it held.
+func (a *Agent) Snapshot() Snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Snapshot{Conns: a.tab.Conns(), Listeners: a.tab.Listeners()}
+}

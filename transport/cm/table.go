@@ -1,10 +1,12 @@
 package cm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
@@ -377,4 +379,31 @@ func (t *Table) dispatchDREQ(m *mad.DREQ, from netip.Addr, tid uint64, now time.
 		return
 	}
 	t.onDREQ(c, m, tid, now, out)
+}
+
+// Listener is a copy of one listener, as Table.Listeners reports it.
+type Listener struct {
+	Handle    uint64
+	ServiceID uint64
+	Addr      netip.Addr // zero: any local address
+}
+
+// Conns is a copy of every connection held, timewait included, by local
+// communication ID: what `rdma resource show cm_id` lists.
+func (t *Table) Conns() []Conn {
+	out := make([]Conn, 0, len(t.conns))
+	for _, c := range t.conns {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b Conn) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Listeners is a copy of the listeners, in the order they were made.
+func (t *Table) Listeners() []Listener {
+	out := make([]Listener, len(t.listens))
+	for i, l := range t.listens {
+		out[i] = Listener{Handle: l.handle, ServiceID: l.sid, Addr: l.addr}
+	}
+	return out
 }

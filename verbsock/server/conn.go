@@ -38,6 +38,7 @@ type conn struct {
 
 	// query_stats and list_qps page through a snapshot (request loop only).
 	statsPages, listPages qpPager
+	cmList                []verbsock.CMEntry // list_cm snapshot being paged (request loop only)
 
 	mu         sync.RWMutex
 	nextHandle uint32

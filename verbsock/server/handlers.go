@@ -85,6 +85,7 @@ var handlers = map[verbsock.Op]handler{
 	verbsock.OpDestroyAH:  byHandle((*conn).destroyAH),
 	verbsock.OpQueryStats: reply((*conn).queryStats),
 	verbsock.OpListQPs:    reply((*conn).listQPs),
+	verbsock.OpListCM:     reply((*conn).listCM),
 	verbsock.OpCapture: func(c *conn, req any, _ []int) (any, []int, error) {
 		return c.capture(req.(*verbsock.CaptureReq))
 	},

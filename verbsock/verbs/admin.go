@@ -1,8 +1,10 @@
 package verbs
 
 import (
+	"net/netip"
 	"syscall"
 
+	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/verbsock"
 )
 
@@ -141,4 +143,68 @@ func (d *Device) ListQPs() ([]QPInfo, error) {
 		}
 		start = next
 	}
+}
+
+// CMEntry is one of the daemon's rdma_cm connections or listeners, as
+// ListCM reports it (`rdma resource show cm_id`).
+type CMEntry struct {
+	Listener  bool       // a listener: only ServiceID, Local and Owner are set
+	State     string     // IBA ch. 12 state (ESTABLISHED, REP_SENT, TIMEWAIT, ...); LISTEN for a listener
+	Active    bool       // this side sent the REQ
+	LocalID   uint32     // local communication ID
+	RemoteID  uint32     // the peer's communication ID
+	ServiceID uint64     // rdma_cm: port space << 16 | port
+	Local     netip.Addr // invalid for a listener on any address
+	Peer      netip.Addr
+	QPN       uint32
+	RemoteQPN uint32
+	Owner     int // pid of the client holding it; 0: none known
+}
+
+// PortSpace is the rdma_cm port space the entry's service ID encodes.
+func (e *CMEntry) PortSpace() uint16 { return uint16(e.ServiceID >> 16) }
+
+// Port is the rdma_cm port of the entry's service ID.
+func (e *CMEntry) Port() uint16 { return uint16(e.ServiceID) }
+
+// ListCM lists the daemon's rdma_cm connections (by local comm ID), then
+// its listeners: every client's, not only this one's.
+func (d *Device) ListCM() ([]CMEntry, error) {
+	const op = verbsock.OpListCM
+	var out []CMEntry
+	for start, pages := uint32(0), 0; ; pages++ {
+		var r verbsock.ListCMResp
+		if _, err := d.call(op, &verbsock.PageReq{Start: start}, nil, &r); err != nil {
+			return nil, err
+		}
+		if int(r.Count) > len(r.Items) {
+			return nil, verr(op, syscall.EPROTO, "reply with %d entries", r.Count)
+		}
+		for _, e := range r.Items[:r.Count] {
+			out = append(out, cmEntry(&e))
+		}
+		if r.Next == 0 {
+			return out, nil
+		}
+		if r.Next <= start || pages > 1<<16 {
+			return nil, verr(op, syscall.EPROTO, "page from %d names %d next", start, r.Next)
+		}
+		start = r.Next
+	}
+}
+
+func cmEntry(e *verbsock.CMEntry) CMEntry {
+	addr := func(b [16]byte) netip.Addr {
+		if b == [16]byte{} {
+			return netip.Addr{}
+		}
+		return netip.AddrFrom16(b).Unmap()
+	}
+	c := CMEntry{Listener: e.Kind == verbsock.CMEntryListen, State: cm.State(e.State).String(), Active: e.Active != 0,
+		LocalID: e.LocalID, RemoteID: e.RemoteID, ServiceID: e.ServiceID, Local: addr(e.Local), Peer: addr(e.Peer),
+		QPN: e.QPN, RemoteQPN: e.RemoteQPN, Owner: int(e.Owner)}
+	if c.Listener {
+		c.State = "LISTEN"
+	}
+	return c
 }
