@@ -81,7 +81,7 @@ func (d *Device) ingress(on *worker, tp, iphdr []byte, src, dst gid.GID, sport u
 	request := pkt.Op.Flags&wire.FlagRequest != 0
 	if on != nil && q.w == on {
 		rx := transport.RxPacket{Packet: pkt, SrcGID: src, DstGID: dst, IPHeader: iphdr, SrcPort: sport}
-		on.handleInPlace(q, &rx, request)
+		on.handle(q, &rx, request)
 		return
 	}
 	v := d.rxPool.Get().(*rxItem)

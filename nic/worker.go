@@ -187,9 +187,11 @@ func (w *worker) deliver(pkts []netstack.RxPacket) {
 	}
 }
 
-// handleInPlace runs the engine on a packet of a QP this worker owns, while
-// the packet is still in the link's buffer.
-func (w *worker) handleInPlace(q *QP, rx *transport.RxPacket, request bool) {
+// handle runs the engine on a packet of a QP this worker owns (from its
+// inbox, or still in the link's buffer): a request goes to the receive
+// side, with the receives the client posted up to now; a response to the
+// send side.
+func (w *worker) handle(q *QP, rx *transport.RxPacket, request bool) {
 	if q.gone {
 		return
 	}
@@ -329,25 +331,11 @@ func (w *worker) pass() {
 	w.out.flush()
 }
 
-// handleRx gives each received packet to its QP's engine, responses to the
-// send side, requests to the receive side (with the receives the client
-// posted up to now), as the owners did.
+// handleRx gives each packet of the inbox to its QP's engine (handle).
 func (w *worker) handleRx() {
 	for _, it := range w.rx {
-		q := it.q
-		q.rxQueued.Add(-1)
-		if q.gone {
-			w.d.putRx(it)
-			continue
-		}
-		if it.request {
-			q.drainRecv(&w.rwr)
-			q.tq.HandleRequest(&it.rx)
-			w.touch(q, false, true)
-		} else {
-			q.tq.HandleResponse(&it.rx)
-			w.touch(q, true, false)
-		}
+		it.q.rxQueued.Add(-1)
+		w.handle(it.q, &it.rx, it.request)
 		w.d.putRx(it)
 	}
 	clear(w.rx)

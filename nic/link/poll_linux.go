@@ -79,15 +79,7 @@ func (r *Raw) sockErr() error {
 }
 
 // pollErr reports whether fd has an error or hang-up pending.
-func pollErr(rc syscall.RawConn) bool {
-	bad := false
-	_ = rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p, 0)
-		bad = err == nil && n > 0 && p[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0
-	})
-	return bad
-}
+func pollErr(rc syscall.RawConn) bool { return pollEvents(rc)&pollBad != 0 }
 
 // readRing is Read over the ring: TryRead, and sleep while it finds nothing.
 func (r *Raw) readRing(bufs [][]byte, sizes []int, offset int) (int, error) {
@@ -150,17 +142,23 @@ func wakeFile(f *os.File, wake *atomic.Bool) {
 	_ = f.SetReadDeadline(time.Unix(1, 0))
 }
 
-// pollIn reports whether fd has input queued, or an error a read would
-// return (the interface went away: POLLERR), without waiting.
-func pollIn(rc syscall.RawConn) bool {
-	ready := false
+// pollEvents is fd's poll(2) readiness for input, without waiting.
+func pollEvents(rc syscall.RawConn) int16 {
+	var ev int16
 	_ = rc.Control(func(fd uintptr) {
 		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p, 0)
-		ready = err == nil && n > 0 && p[0].Revents&(unix.POLLIN|unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0
+		if n, err := unix.Poll(p, 0); err == nil && n > 0 {
+			ev = p[0].Revents
+		}
 	})
-	return ready
+	return ev
 }
+
+const pollBad = unix.POLLERR | unix.POLLHUP | unix.POLLNVAL
+
+// pollIn reports whether fd has input queued, or an error a read would
+// return (the interface went away: POLLERR), without waiting.
+func pollIn(rc syscall.RawConn) bool { return pollEvents(rc)&(unix.POLLIN|pollBad) != 0 }
 
 // readable reports whether a Read would find a frame now.
 func (r *Raw) readable() bool {
