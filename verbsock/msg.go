@@ -377,7 +377,26 @@ func DecodeRequest(h Header, payload []byte, nfds int) (any, error) {
 	if err := Decode(payload, v); err != nil {
 		return nil, err
 	}
+	if err := checkReserved(payload, v); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// checkReserved refuses a request whose blank (_) fields are not zero:
+// encoding/binary skips them on decode, so without this check a client
+// could hide bytes the daemon never looks at, and a later version could
+// not give them a meaning. Re-encoding writes zeros there; any difference
+// is a reserved byte set.
+func checkReserved(payload []byte, v any) error {
+	var buf [512]byte
+	enc := Encode(buf[:0], v)
+	for i := range enc {
+		if enc[i] != payload[i] {
+			return Errf(syscall.EINVAL, "reserved byte %d is %#x, must be 0", i, payload[i])
+		}
+	}
+	return nil
 }
 
 // CString is the text of a NUL-padded fixed field.

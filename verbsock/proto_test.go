@@ -215,3 +215,17 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestReservedBytesMustBeZero: a request whose blank fields carry bytes is
+// EINVAL, not silently accepted (the fuzz-found case: CMListenReq's tail).
+func TestReservedBytesMustBeZero(t *testing.T) {
+	p := Encode(nil, &CMListenReq{Port: 7471})
+	if _, err := DecodeRequest(Header{Version: 1, Op: OpCMListen, Length: uint32(len(p))}, p, 0); err != nil {
+		t.Fatalf("clean request: %v", err)
+	}
+	p[len(p)-1] = 0x30
+	_, err := DecodeRequest(Header{Version: 1, Op: OpCMListen, Length: uint32(len(p))}, p, 0)
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("reserved byte set: %v, want EINVAL", err)
+	}
+}
