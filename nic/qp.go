@@ -30,6 +30,18 @@ type RecvSource interface {
 	Retire(queued int)
 }
 
+// QuietRecvSource is a RecvSource whose producer can be left unarmed:
+// PeekQuiet is Peek that, on an empty queue, does not ask for a doorbell.
+// The worker drains a QP's receive queue before every request it handles,
+// so while the QP can receive, a posted receive needs no wake-up: one
+// doorbell (a system call on each side and a daemon wake-up) less per
+// message. Only a QP in ERR must act on a post (flush it), so there the
+// worker uses Peek.
+type QuietRecvSource interface {
+	RecvSource
+	PeekQuiet(wr *transport.RecvWR) bool
+}
+
 // QPConfig is what Device.CreateQP takes: the engine's transport.QPConfig
 // less what the device decides (the QPN, the hooks), plus the client's rings.
 type QPConfig struct {
@@ -280,7 +292,18 @@ func (q *QP) drainRecv(wr *transport.RecvWR) {
 	if q.rq == nil {
 		return
 	}
-	for q.rq.Peek(wr) {
+	qs, quiet := q.rq.(QuietRecvSource)
+	quiet = quiet && q.tq.State() != transport.StateErr
+	for {
+		var ok bool
+		if quiet {
+			ok = qs.PeekQuiet(wr)
+		} else {
+			ok = q.rq.Peek(wr)
+		}
+		if !ok {
+			return
+		}
 		if err := q.tq.PostRecv(wr); err != nil {
 			if errors.Is(err, transport.ErrInvalid) {
 				wr.Fault = transport.WCLocQPOpErr

@@ -40,7 +40,7 @@ func (c *consumer) init(m []byte, entries uint32, esize, pageSize int) error {
 }
 
 // next returns the entry at head, or false if there is none. An empty ring
-// arms the doorbell: the consumer sets armed, then looks again, so that a
+// arms the doorbell (unless quiet): the consumer sets armed, then looks again, so that a
 // producer that published in between either sees armed (and rings) or its
 // entry is seen here (Dekker's pattern over two seq-cst atomics). A
 // producer index behind head, or more than a ring ahead of the consumer
@@ -49,12 +49,15 @@ func (c *consumer) init(m []byte, entries uint32, esize, pageSize int) error {
 // bound on freed keeps what the daemon holds from a ring (an SRQ's WQEs not
 // yet taken, an SQ's WQEs not yet completed) plus what waits in it within
 // the ring's size, so the SRQ the ring feeds always has room.
-func (c *consumer) next() ([]byte, error) {
+func (c *consumer) next(quiet bool) ([]byte, error) {
 	if c.corrupt.Load() {
 		return nil, nil
 	}
 	tail := loadProd(c.m)
 	if tail == c.head {
+		if quiet {
+			return nil, nil
+		}
 		atomic.StoreUint32(u32p(c.m, offArmed), 1)
 		if tail = loadProd(c.m); tail == c.head {
 			return nil, nil
@@ -165,7 +168,7 @@ func (q *SendQueue) Peek(wr *transport.SendWR) bool {
 		*wr = q.wr
 		return true
 	}
-	e, err := q.next()
+	e, err := q.next(false)
 	if err != nil {
 		if q.cfg.OnCorrupt != nil {
 			q.cfg.OnCorrupt("send queue: " + err.Error())
@@ -405,12 +408,18 @@ func NewRecvQueue(cfg RQConfig) (*RecvQueue, error) {
 }
 
 // Peek implements nic.RecvSource.
-func (q *RecvQueue) Peek(wr *transport.RecvWR) bool {
+func (q *RecvQueue) Peek(wr *transport.RecvWR) bool { return q.peek(wr, false) }
+
+// PeekQuiet implements nic.QuietRecvSource: Peek that leaves an empty ring
+// unarmed, so the client's next post does not ring.
+func (q *RecvQueue) PeekQuiet(wr *transport.RecvWR) bool { return q.peek(wr, true) }
+
+func (q *RecvQueue) peek(wr *transport.RecvWR, quiet bool) bool {
 	if q.have {
 		*wr = q.wr
 		return true
 	}
-	e, err := q.next()
+	e, err := q.next(quiet)
 	if err != nil {
 		if q.cfg.OnCorrupt != nil {
 			q.cfg.OnCorrupt("receive queue: " + err.Error())
