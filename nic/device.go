@@ -145,7 +145,14 @@ func NewDevice(cfg Config) (*Device, error) {
 	d.env = transport.Env{Clock: d.clock, Memory: d.mem, Out: &d.out, Log: d.log, Device: &d.ctr, PortMTU: d.mtu}
 	n := max(cfg.Workers, 1)
 	for range n {
-		d.workers = append(d.workers, newWorker(d))
+		w, err := newWorker(d)
+		if err != nil {
+			for _, w := range d.workers {
+				w.close()
+			}
+			return nil, err
+		}
+		d.workers = append(d.workers, w)
 	}
 	return d, nil
 }
@@ -154,8 +161,8 @@ func NewDevice(cfg Config) (*Device, error) {
 // (run to completion: a packet for one of its QPs meets the engine in the
 // link's buffer, with no hand-off); onErr learns once that the link failed.
 // Without it, the port's own reader (netstack.Stack.Run) calls Deliver.
-func (d *Device) AttachPoller(p *netstack.RxPoller, onErr func(error)) {
-	d.workers[0].attachPoller(p, onErr)
+func (d *Device) AttachPoller(p *netstack.RxPoller, onErr func(error)) error {
+	return d.workers[0].attachPoller(p, onErr)
 }
 
 // Sync waits until the datapath workers have handled everything queued for

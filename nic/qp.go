@@ -54,6 +54,7 @@ type QPConfig struct {
 	SQSigAll bool
 	SQ       SendSource // nil: only PostSend/PostRecv on the QP
 	RQ       RecvSource
+	Doorbell Doorbell // nil: the rings' producer calls NotifySend/NotifyRecv
 	OnEvent  func(transport.Event)
 	Owner    int // client pid
 }
@@ -79,6 +80,7 @@ type QP struct {
 	stopOnce sync.Once
 
 	// Worker-owned.
+	bell             Doorbell
 	gone             bool // destroyed: its packets and wake-ups are dropped
 	runSend, runRecv bool // touched this pass
 	wakeAt           time.Time
@@ -89,8 +91,32 @@ type QP struct {
 // like a full NIC ring.
 const inQueue = 2048
 
-// CreateQP makes a QP in RESET, owned by the worker its QPN maps to.
+// CreateQP makes a QP in RESET, owned by the worker its QPN maps to, which
+// then also sleeps on the QP's doorbell (if it has one).
 func (d *Device) CreateQP(cfg QPConfig) (*QP, error) {
+	q, err := d.newQP(cfg)
+	if err != nil {
+		if cfg.Doorbell != nil {
+			_ = cfg.Doorbell.Close()
+		}
+		return nil, err
+	}
+	if cfg.Doorbell != nil {
+		q.w.run(call{f: func() {
+			q.bell = cfg.Doorbell
+			err = q.w.addBell(q)
+		}})
+		if err != nil {
+			q.Destroy()
+			return nil, fmt.Errorf("nic: QP doorbell: %w", err)
+		}
+	}
+	return q, nil
+}
+
+// newQP is CreateQP's QP, checked against the device's limits and in its
+// table.
+func (d *Device) newQP(cfg QPConfig) (*QP, error) {
 	l := d.cfg.Limits
 	c := cfg.Cap
 	if c.MaxSendWR > l.MaxQPWR || c.MaxRecvWR > l.MaxQPWR || c.MaxSendSGE > l.MaxSGE || c.MaxRecvSGE > l.MaxSGE ||
@@ -244,6 +270,7 @@ func (q *QP) Destroy() {
 			q.tq.RunRecv()
 			q.gone = true
 			q.w.timers.set(q, time.Time{})
+			q.w.dropBell(q)
 		}})
 		d := q.d
 		d.mu.Lock()

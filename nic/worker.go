@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
-	"github.com/vrnic/vrnicd/transport/clock"
 )
 
 // worker is a datapath worker: it owns a set of QPs outright (both sides:
@@ -27,16 +27,14 @@ type worker struct {
 	d    *Device
 	env  transport.Env // the device's, with out as the Output
 	out  batchOutput
-	wake chan struct{} // cap 1: something was queued
 	stop chan struct{}
 	done chan struct{}
 
-	// rcv, if set, is the link this worker reads itself (attachPoller):
-	// it polls it every pass and sleeps in its Wait, and anyone who queues
-	// work while the worker sleeps there wakes it (sleeping).
-	rcv      atomic.Pointer[netstack.RxPoller]
+	// ws is the worker's one sleep: the link it reads itself, if any
+	// (attachPoller), and the doorbells of the QPs it owns. Anyone who
+	// queues work while the worker sleeps there wakes it (signal).
+	ws       *link.WaitSet
 	sleeping atomic.Bool
-	onErr    func(error) // worker-owned: the link failed
 
 	mu    sync.Mutex
 	inbox []*rxItem // +checklocks:mu
@@ -44,13 +42,18 @@ type worker struct {
 	calls []call    // +checklocks:mu
 
 	// Owned by the worker goroutine.
-	rx     []*rxItem
-	rdy    []*QP
-	cl     []call
-	dirty  []*QP
-	timers timerHeap
-	swr    transport.SendWR
-	rwr    transport.RecvWR
+	rcv     *netstack.RxPoller // the link it reads, nil: none
+	linkFD  int                // rcv's descriptor in ws, -1: none
+	onErr   func(error)        // the link failed
+	bells   map[int]*QP        // doorbell descriptor -> its QP
+	stopped bool               // the loop has ended (read after done)
+	rx      []*rxItem
+	rdy     []*QP
+	cl      []call
+	dirty   []*QP
+	timers  timerHeap
+	swr     transport.SendWR
+	rwr     transport.RecvWR
 }
 
 // call is work run on the worker (a post by an in-process user, a QP's
@@ -62,29 +65,17 @@ type call struct {
 	done       chan struct{}
 }
 
-func newWorker(d *Device) *worker {
-	w := &worker{d: d, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+func newWorker(d *Device) (*worker, error) {
+	ws, err := link.NewWaitSet()
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, stop: make(chan struct{}), done: make(chan struct{})}
 	w.env = d.env
 	w.env.Out = &w.out
 	w.out.d = d
 	go w.loop()
-	return w
-}
-
-// signal wakes the worker if it sleeps (or will look again before it
-// does): a channel send, and a link Wake only when the worker sleeps in
-// the link's Wait (it sets sleeping, then looks at its queues again, so a
-// signal that misses the flag is seen by that look).
-func (w *worker) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-	if w.sleeping.Load() {
-		if r := w.rcv.Load(); r != nil {
-			r.Wake()
-		}
-	}
+	return w, nil
 }
 
 // enqueue queues a received packet for its QP's owner.
@@ -131,44 +122,66 @@ func (w *worker) run(c call) {
 // close stops the worker after the pass it is in.
 func (w *worker) close() {
 	close(w.stop)
-	if r := w.rcv.Load(); r != nil {
-		r.Wake()
-	}
+	w.ws.Wake()
 	<-w.done
 }
 
+// loop: busy, it takes what is queued, polls the link and the doorbells
+// and runs a pass; idle, it sleeps on its wait set. The wait reports the
+// doorbells that woke it, so the poll after a wake-up is skipped.
 func (w *worker) loop() {
 	defer close(w.done)
+	defer w.closeWaitSet()
+	woken := false
 	for {
 		took := w.take()
+		// The doorbells first: that poll also takes the link's edge,
+		// so the link is read after it, never left with a frame whose
+		// edge is gone.
+		if !woken {
+			w.pollBells()
+		}
+		woken = false
 		if w.pollLink() > 0 {
 			took = true
 		}
-		if !took {
+		if !took && len(w.dirty) == 0 {
 			if !w.idle() {
 				w.drainCallsAtStop()
 				return
 			}
+			woken = true
 			continue
 		}
 		w.pass()
 	}
 }
 
-// attachPoller makes the worker read the link itself; onErr learns once
-// that the link failed (the worker then stops reading it).
-func (w *worker) attachPoller(p *netstack.RxPoller, onErr func(error)) {
+// attachPoller makes the worker read the link itself, asleep on it in its
+// wait set; onErr learns once that the link failed (the worker then stops
+// reading it). An error is one of putting the link in the set.
+func (w *worker) attachPoller(p *netstack.RxPoller, onErr func(error)) error {
+	var err error
 	w.run(call{f: func() {
-		w.onErr = onErr
-		w.rcv.Store(p)
+		var fd int
+		if fd, err = p.PollFD(); err != nil {
+			return
+		}
+		// Edge-triggered: the loop reads the link until it is empty
+		// before it sleeps, and a failure is reported once.
+		if err = w.ws.Add(fd, true); err != nil {
+			return
+		}
+		w.onErr, w.rcv, w.linkFD = onErr, p, fd
 	}})
+	return err
 }
 
 // pollLink reads one batch of ready frames and gives each RoCEv2 packet to
 // the engine at once, in the link's buffer, for the QPs this worker owns
 // (ingress copies the others' to their worker). It returns the frames read.
 func (w *worker) pollLink() int {
-	r := w.rcv.Load()
+	r := w.rcv
 	if r == nil {
 		return 0
 	}
@@ -206,48 +219,13 @@ func (w *worker) handle(q *QP, rx *transport.RxPacket, request bool) {
 }
 
 func (w *worker) linkFailed(err error) {
-	w.rcv.Store(nil)
+	if w.linkFD >= 0 {
+		_ = w.ws.Remove(w.linkFD)
+	}
+	w.rcv, w.linkFD = nil, -1
 	if w.onErr != nil {
 		w.onErr(err)
 		w.onErr = nil
-	}
-}
-
-// idle sleeps until there is work: in the link's Wait when the worker
-// reads a link, else on its channel.
-func (w *worker) idle() bool {
-	r := w.rcv.Load()
-	if r == nil {
-		return w.sleep()
-	}
-	select {
-	case <-w.stop:
-		return false
-	default:
-	}
-	w.sleeping.Store(true)
-	if w.queued() {
-		w.sleeping.Store(false)
-		return true
-	}
-	timeout := time.Duration(-1)
-	if next, ok := w.timers.next(); ok {
-		timeout = max(next.Sub(w.d.clock.Now()), 0)
-	}
-	err := r.Wait(timeout)
-	w.sleeping.Store(false)
-	if err != nil {
-		w.linkFailed(err)
-	}
-	select {
-	case <-w.wake: // taken by this wake-up
-	default:
-	}
-	select {
-	case <-w.stop:
-		return false
-	default:
-		return true
 	}
 }
 
@@ -267,25 +245,6 @@ func (w *worker) take() bool {
 	w.cl, w.calls = w.calls, w.cl[:0]
 	w.mu.Unlock()
 	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.due(w.d.clock.Now())
-}
-
-// sleep waits for a signal, stop, or the next timer, which the device's
-// clock fires (so an injected clock drives the workers' timers too).
-func (w *worker) sleep() bool {
-	var t clock.Timer
-	if next, ok := w.timers.next(); ok {
-		t = w.d.clock.AfterFunc(max(next.Sub(w.d.clock.Now()), 0), w.signal)
-	}
-	stopped := false
-	select {
-	case <-w.wake:
-	case <-w.stop:
-		stopped = true
-	}
-	if t != nil {
-		t.Stop()
-	}
-	return !stopped
 }
 
 // sync returns once the worker has finished every pass that took what was

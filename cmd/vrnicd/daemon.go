@@ -206,7 +206,11 @@ func (d *daemon) startReceive(ctx context.Context) {
 	report := func(err error) {
 		once.Do(func() { d.runDone <- err })
 	}
-	d.dev.AttachPoller(p, report)
+	if err := d.dev.AttachPoller(p, report); err != nil {
+		d.log.Warn("the datapath worker cannot wait on the link; a reader goroutine serves it", "err", err)
+		go func() { d.runDone <- d.st.Run(ctx) }()
+		return
+	}
 	go func() {
 		<-ctx.Done()
 		report(nil)

@@ -107,6 +107,12 @@ type Poller interface {
 	WaitReadable(timeout time.Duration) (bool, error)
 	// Wake ends the WaitReadable in progress, or else the next one.
 	Wake()
+	// PollFD is the descriptor that polls readable when TryRead would
+	// find a frame, for a WaitSet that sleeps on it with other
+	// descriptors (a worker's doorbells); PollError is the error its
+	// EPOLLERR or EPOLLHUP stands for (nil: none pending).
+	PollFD() (int, error)
+	PollError() error
 }
 
 // RingReader is implemented by links that receive into a memory ring

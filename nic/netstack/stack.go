@@ -363,6 +363,14 @@ func (p *RxPoller) Wait(timeout time.Duration) error {
 // Wake ends a Wait in progress, or else the next one.
 func (p *RxPoller) Wake() { p.p.Wake() }
 
+// PollFD is the link's descriptor, for a link.WaitSet on which a worker
+// sleeps on it and its doorbells at once (see link.Poller.PollFD).
+func (p *RxPoller) PollFD() (int, error) { return p.p.PollFD() }
+
+// PollError is the error the descriptor's EPOLLERR stands for, nil if
+// none is pending.
+func (p *RxPoller) PollError() error { return p.p.PollError() }
+
 // Close stops timers and (raw mode) the netlink watchers and guard
 // sockets. It does not close the link, which belongs to the caller.
 func (s *Stack) Close() error {

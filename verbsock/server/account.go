@@ -213,7 +213,7 @@ func (c *conn) unchargeBytes(n int64) {
 
 // qpOverhead is what any QP costs the daemon beside its WQE rings: its
 // share of the worker's inbound queue (nic inQueue, 2048 packet pointers),
-// the doorbell reader's goroutine stack, and slack.
+// its doorbell in the worker's wait set, and slack.
 const qpOverhead = 64 << 10
 
 // regMRBytes is what the page list of a REG_MR of up to maxPages pages

@@ -16,6 +16,7 @@ import (
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
 	"github.com/vrnic/vrnicd/verbsock/shm"
+	"golang.org/x/sys/unix"
 )
 
 // conn is one client. Its request loop is the only writer of the handle
@@ -97,7 +98,6 @@ type qpObj struct {
 	scq, rcq *cqObj
 	srq      *srqObj
 	sqm, rqm *shm.Mapping
-	bell     *bell
 	sq       *ring.SendQueue
 	swept    uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
 	heap     int64  // daemon memory charged for it (qpHeapBytes)
@@ -322,8 +322,17 @@ func signalFile(f *os.File) {
 	_ = rc.Control(func(fd uintptr) { _ = shm.Wake(int(fd)) })
 }
 
-// bell is the daemon's end of a doorbell channel: the client sends on its
-// end when it publishes into a ring whose consumer said it was idle.
+// doorbell is the daemon's end of a QP's doorbell channel as the device
+// takes it (nic.Doorbell): the QP's worker waits on it with its link.
+type doorbell int
+
+func (b doorbell) FD() int                                { return int(b) }
+func (b doorbell) Drain() (n int, closed bool, err error) { return shm.DrainWakes(int(b)) }
+func (b doorbell) Close() error                           { return unix.Close(int(b)) }
+
+// bell is the daemon's end of an SRQ's doorbell channel: the client sends
+// on its end when it publishes into a ring whose consumer said it was
+// idle. A goroutine waits on it: an SRQ's consumer is not one QP's worker.
 type bell struct {
 	f    *os.File
 	stop atomic.Bool
@@ -424,9 +433,6 @@ func (c *conn) cleanup() {
 func (c *conn) destroyQP(q *qpObj) {
 	if qp := q.qp.Load(); qp != nil {
 		qp.Destroy() // ERR, flush into the CQ rings, owners stopped
-	}
-	if q.bell != nil {
-		q.bell.close()
 	}
 	q.sqm.Release()
 	if q.rqm != nil {

@@ -71,8 +71,7 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		if o.rqm != nil {
 			o.rqm.Release()
 		}
-		if o.bell != nil {
-			o.bell.f.Close()
+		if bfd >= 0 {
 			verbsock.CloseFDs([]int{bfd})
 		}
 		return nil, nil, err
@@ -80,11 +79,6 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 	if err := c.mapQPRings(o, fds, sqN, rqN); err != nil {
 		return fail(err)
 	}
-	b, peer, err := newBell()
-	if err != nil {
-		return fail(err)
-	}
-	o.bell, bfd = b, peer
 	c.mu.Lock()
 	h := c.handleLocked()
 	c.mu.Unlock()
@@ -92,13 +86,20 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 	if err != nil {
 		return fail(err)
 	}
+	own, peer, err := shm.WakePair()
+	if err != nil {
+		return fail(err)
+	}
+	bfd = peer
+	// The QP's worker sleeps on the doorbell itself (nic.Doorbell); the
+	// device closes the daemon's end with the QP, or now if this fails.
+	cfg.Doorbell = doorbell(own)
 	qp, err := c.s.dev.CreateQP(cfg)
 	if err != nil {
 		return fail(err)
 	}
 	o.qp.Store(qp)
 	c.addQP(h, o)
-	go b.run(func() { qp.NotifySend(); qp.NotifyRecv() })
 	c.log.Debug("QP created", "qp", h, "qpn", qp.QPN(), "type", typ)
 	return &verbsock.CreateQPResp{QP: h, QPN: qp.QPN(), Cap: wireCap(cp)}, []int{bfd}, nil
 }
