@@ -11,12 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// WaitSet is one sleep over many descriptors: an epoll instance that its
-// owner waits on in the kernel (epoll_wait on the owner's thread), not on
-// the Go netpoller. A datapath worker puts its link's socket and its QPs'
-// doorbells in one, so that a frame or a client's doorbell wakes the
-// worker's own thread — one wake-up — where the netpoller would wake
-// another thread first and hand the event over. Members are
+// WaitSet is one sleep over many descriptors: an epoll instance whose own
+// descriptor sits on the Go netpoller. A datapath worker puts its link's
+// socket and its QPs' doorbells in one, so that a frame or a client's
+// doorbell readies the worker itself, with no goroutine per doorbell to
+// hand the event over, and a sleeping worker holds no thread. (Sleeping in
+// epoll_wait on the worker's own thread was tried: the thread keeps its P
+// through the system call until sysmon takes it back, which with two Ps
+// stalled the rest of the daemon for milliseconds.) Members are
 // level-triggered unless added edge-triggered: what a caller leaves unread
 // is reported again. Wake (an eventfd member) is for everyone else.
 type WaitSet struct {
@@ -91,9 +93,10 @@ func (s *WaitSet) Remove(fd int) error {
 // returns how many it reported.
 func (s *WaitSet) Poll(ready func(fd int, events uint32)) (int, error) { return s.wait(0, ready) }
 
-// Wait sleeps until a member is ready, timeout passes (negative: no limit;
-// rounded up to a millisecond) or Wake is called, and reports what is
-// ready as Poll does. The calling thread sleeps in the kernel.
+// Wait sleeps until a member is ready, timeout passes (negative: no limit)
+// or Wake is called, and reports what is ready as Poll does. The set is
+// polled before the goroutine parks, so nothing that became ready since
+// the last Poll is missed.
 func (s *WaitSet) Wait(timeout time.Duration, ready func(fd int, events uint32)) (int, error) {
 	if timeout == 0 {
 		return s.wait(0, ready)
