@@ -157,13 +157,21 @@ func NewDevice(cfg Config) (*Device, error) {
 	return d, nil
 }
 
-// AttachPoller lets the first datapath worker read the port's link itself
-// (run to completion: a packet for one of its QPs meets the engine in the
-// link's buffer, with no hand-off); onErr learns once that the link failed.
-// Without it, the port's own reader (netstack.Stack.Run) calls Deliver.
-func (d *Device) AttachPoller(p *netstack.RxPoller, onErr func(error)) error {
-	return d.workers[0].attachPoller(p, onErr)
+// AttachPoller lets datapath worker i read a socket of the port's link
+// itself (run to completion: a packet for one of its QPs meets the engine
+// in the link's buffer, with no hand-off); onErr learns once that the link
+// failed. Worker 0 reads the port's link; with a fanout group, worker i
+// its member i. Without it, the port's own reader (netstack.Stack.Run)
+// calls Deliver.
+func (d *Device) AttachPoller(i int, p *netstack.RxPoller, onErr func(error)) error {
+	if i < 0 || i >= len(d.workers) {
+		return fmt.Errorf("nic: no worker %d of %d", i, len(d.workers))
+	}
+	return d.workers[i].attachPoller(p, onErr)
 }
+
+// Workers is the number of datapath workers.
+func (d *Device) Workers() int { return len(d.workers) }
 
 // Sync waits until the datapath workers have handled everything queued for
 // them before the call (received packets, doorbells, posts) and sent what

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/vrnic/vrnicd/nic/link"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -51,6 +52,7 @@ type fileConfig struct {
 	Metrics            *string `toml:"metrics"`
 	CaptureMaxReaders  *int    `toml:"capture_max_readers"`
 	CaptureReaderBytes *int    `toml:"capture_reader_bytes"`
+	Workers            *int    `toml:"workers"`
 
 	MaxConnections        *int        `toml:"max_connections"`
 	MaxConnectionsPerUser *int        `toml:"max_connections_per_user"`
@@ -96,6 +98,7 @@ type rawConfig struct {
 	mtu                                                              setting[int]
 	metrics                                                          setting[string]
 	captureReaders, captureBytes                                     setting[int]
+	workers                                                          setting[int]
 
 	maxConns, maxConnsPerUser setting[int]
 	helloTimeout              setting[string]
@@ -132,6 +135,10 @@ type Config struct {
 	// Live captures (vrnicctl capture): readers at once, and bytes of
 	// frames queued for each before frames are dropped; 0: the defaults.
 	CaptureMaxReaders, CaptureReaderBytes int
+	// Workers is the number of datapath workers (--workers); in raw mode
+	// each reads its own socket of a PACKET_FANOUT group that steers a
+	// QP's packets to the worker owning it. 0 until validated: the default.
+	Workers int
 
 	// What clients may hold and how they connect (server.Config); zero
 	// values are the server's defaults.
@@ -181,6 +188,9 @@ func loadFile(path string, raw *rawConfig) error {
 	if fc.MTU != nil {
 		raw.mtu = setting[int]{*fc.MTU, in("mtu")}
 	}
+	if fc.Workers != nil {
+		raw.workers = setting[int]{*fc.Workers, in("workers")}
+	}
 	loadClientLimits(&fc, raw, in)
 	return nil
 }
@@ -213,7 +223,8 @@ func (raw *rawConfig) validateClientLimits(c *Config) error {
 		dst      *int
 		min, max int
 	}{{raw.maxConns, &c.MaxConns, 1, 1 << 20}, {raw.maxConnsPerUser, &c.MaxConnsPerUser, 1, 1 << 20},
-		{raw.captureReaders, &c.CaptureMaxReaders, 1, 256}, {raw.captureBytes, &c.CaptureReaderBytes, 1 << 16, 1 << 30}} {
+		{raw.captureReaders, &c.CaptureMaxReaders, 1, 256}, {raw.captureBytes, &c.CaptureReaderBytes, 1 << 16, 1 << 30},
+		{raw.workers, &c.Workers, 1, link.MaxFanout}} {
 		if v.s.set() {
 			if v.s.v < v.min || v.s.v > v.max {
 				return v.s.errorf("%d is out of range (%d..%d)", v.s.v, v.min, v.max)
@@ -427,8 +438,16 @@ func (raw *rawConfig) validate() (*Config, error) {
 	if err := raw.validateClientLimits(c); err != nil {
 		return nil, err
 	}
+	if c.Workers == 0 {
+		c.Workers = defaultWorkers
+	}
 	return c, nil
 }
+
+// defaultWorkers: one datapath worker. On a machine whose cores the
+// daemons share with busy-polling clients, more cost more than they give
+// (README "Performance").
+const defaultWorkers = 1
 
 // checkMetricsAddr: --metrics is host:port (TCP) or unix:PATH.
 func checkMetricsAddr(a string) error {

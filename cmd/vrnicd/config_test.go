@@ -67,6 +67,8 @@ func TestBadConfig(t *testing.T) {
 		{"bad device name", "", []string{"--iface=tap:v0", "--name=a/b"}, []string{"--name: ", "may hold only"}},
 		{"bad metrics", "", []string{"--iface=tap:v0", "--metrics=9464"}, []string{"--metrics: ", `"9464" is not HOST:PORT`}},
 		{"relative metrics socket", "iface = \"tap:v0\"\nmetrics = \"unix:m.sock\"\n", nil, []string{"config FILE: metrics: ", "absolute path"}},
+		{"no workers", "", []string{"--iface=tap:v0", "--workers=0"}, []string{"--workers: ", "0 is out of range (1..256)"}},
+		{"too many workers", "iface = \"eth0\"\nworkers = 257\n", nil, []string{"config FILE: workers: ", "257 is out of range (1..256)"}},
 		{"unknown flag", "", []string{"--bogus"}, []string{"unknown flag --bogus", "vrnicd --help"}},
 		{"bad flag value", "", []string{"--mtu=abc"}, []string{`invalid value "abc" for flag --mtu`}},
 		{"stray argument", "", []string{"--iface=tap:v0", "extra"}, []string{`unexpected argument "extra"`}},

@@ -50,6 +50,7 @@ type daemon struct {
 	sock *socketFile
 	sess *sessions
 	lnk  link.Link
+	more []*link.Raw // raw mode, --workers N: fanout members 1..N-1 (lnk is 0)
 	st   *netstack.Stack
 	dev  *nic.Device
 	cma  *cmagent.Agent // rdma_cm over QP1
@@ -125,7 +126,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	if err := d.openLink(); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { d.lnk.Close() })
+	undo = append(undo, d.closeLinks)
 
 	mac := d.lnk.HardwareAddr()
 	d.gids = gid.New(mac, 0)
@@ -135,7 +136,8 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 			d.sess.srv.Broadcast(verbsock.EventGIDChange, 1)
 		}
 	})
-	d.dev, err = nic.NewDevice(nic.Config{Name: cfg.Name, MAC: mac, LinkMTU: d.lnk.MTU(), GIDs: d.gids, Log: d.log.With("device", cfg.Name)})
+	d.dev, err = nic.NewDevice(nic.Config{Name: cfg.Name, MAC: mac, LinkMTU: d.lnk.MTU(), GIDs: d.gids,
+		Workers: cfg.Workers, Log: d.log.With("device", cfg.Name)})
 	if err != nil {
 		return nil, err
 	}
@@ -206,15 +208,31 @@ func (d *daemon) startReceive(ctx context.Context) {
 	report := func(err error) {
 		once.Do(func() { d.runDone <- err })
 	}
-	if err := d.dev.AttachPoller(p, report); err != nil {
+	if err := d.dev.AttachPoller(0, p, report); err != nil {
 		d.log.Warn("the datapath worker cannot wait on the link; a reader goroutine serves it", "err", err)
 		go func() { d.runDone <- d.st.Run(ctx) }()
 		return
 	}
+	d.attachFanout(report)
 	go func() {
 		<-ctx.Done()
 		report(nil)
 	}()
+}
+
+// attachFanout gives workers 1..N-1 their fanout members to read.
+func (d *daemon) attachFanout(report func(error)) {
+	for i, l := range d.more {
+		p, ok := d.st.RxPollerOn(l)
+		err := fmt.Errorf("fanout member %d cannot be polled", i+1)
+		if ok {
+			err = d.dev.AttachPoller(i+1, p, report)
+		}
+		if err != nil {
+			report(fmt.Errorf("worker %d: %w", i+1, err))
+			return
+		}
+	}
 }
 
 // startMetrics serves --metrics, if given.
@@ -263,7 +281,7 @@ func (d *daemon) openLink() error {
 	// (V3 holds a block until it fills or times out, which costs latency),
 	// and the ring, unlike recvmmsg's socket buffer, keeps up with the
 	// link (vrnic-linkbench; README "Performance").
-	r, err := link.OpenRaw(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter(), Ring: &link.RingConfig{Version: 2}})
+	links, err := openRawLinks(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter(), Ring: &link.RingConfig{Version: 2}}, cfg.Workers)
 	if err != nil {
 		if isPerm(err) {
 			return fmt.Errorf("raw mode on %s needs CAP_NET_RAW (run vrnicd as root or give it that capability): %v", cfg.Iface, syscall.EPERM)
@@ -273,8 +291,30 @@ func (d *daemon) openLink() error {
 	if ifi.Flags&net.FlagUp == 0 {
 		d.log.Warn("interface is down; RoCE traffic flows once it is up", "iface", cfg.Iface)
 	}
-	d.lnk = r
+	d.lnk, d.more = links[0], links[1:]
 	return nil
+}
+
+// openRawLinks opens one raw socket, or with several workers a fanout
+// group of one per worker, steered by BTH destination QP as the device
+// assigns QPs to workers (QPN modulo the count).
+func openRawLinks(cfg link.RawConfig, workers int) ([]*link.Raw, error) {
+	if workers <= 1 {
+		r, err := link.OpenRaw(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return []*link.Raw{r}, nil
+	}
+	return link.OpenRawFanout(cfg, workers)
+}
+
+// closeLinks closes the link and any fanout members.
+func (d *daemon) closeLinks() {
+	d.lnk.Close()
+	for _, l := range d.more {
+		l.Close()
+	}
 }
 
 func tapError(name string, err error) error {
@@ -324,6 +364,7 @@ func (d *daemon) summary() []any {
 		"addrs", strings.Join(addrs, ","),
 		"gids", gidList(d.gids.Entries()),
 		"mtu", d.lnk.MTU(),
+		"workers", d.cfg.Workers,
 		"active_mtu", d.dev.ActiveMTU().Bytes(),
 		"socket", d.cfg.Socket,
 	}
@@ -432,7 +473,7 @@ func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
 		}
 		d.st.Close()
 		step.Store("closing the link")
-		d.lnk.Close()
+		d.closeLinks()
 		step.Store("closing the pcap file")
 		if err := d.pcap.close(); err != nil {
 			d.log.Error("pcap", "err", err)
@@ -502,6 +543,8 @@ func (d *daemon) reload() {
 	restart("iface", nc.Mode != old.Mode || nc.Iface != old.Iface, ifaceString(old), ifaceString(nc))
 	restart("mac", nc.Mode == old.Mode && nc.MAC.String() != old.MAC.String(), old.MAC.String(), nc.MAC.String())
 	restart("mtu", nc.MTU != old.MTU, old.MTU, nc.MTU)
+	restart("workers", nc.Workers != old.Workers, old.Workers, nc.Workers)
+	nc.Workers = old.Workers
 	restart("name", nc.Name != old.Name, old.Name, nc.Name)
 	restart("socket", nc.Socket != old.Socket, old.Socket, nc.Socket)
 	restart("log_format", nc.LogFormat != old.LogFormat, old.LogFormat, nc.LogFormat)

@@ -86,6 +86,9 @@ Options:
                        the largest of 256..4096 that fits in N-80). In raw
                        mode the interface's MTU rules and --mtu must match it
   --name NAME          device name clients open (default vrnic0)
+  --workers N          datapath workers, 1..256 (default 1). Raw mode:
+                       each reads its own socket of a PACKET_FANOUT group
+                       that steers a QP's packets to the worker that owns it
   --socket PATH        client socket (default /run/vrnicd/vrnicd.sock)
   --socket-group GROUP group of the socket, mode 0660 (default: the
                        daemon's own group)
@@ -150,7 +153,7 @@ func parseArgs(args []string) (*options, error) {
 		iface, mac, name, socket, group, level, format, pcap string
 		metricsAddr                                          string
 		ips                                                  ipFlag
-		mtu                                                  intFlag
+		mtu, workers                                         intFlag
 	)
 	fs.BoolVar(&o.help, "help", false, "")
 	fs.BoolVar(&o.help, "h", false, "")
@@ -160,6 +163,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.Var(&ips, "ip", "")
 	fs.StringVar(&mac, "mac", "", "")
 	fs.Var(&mtu, "mtu", "")
+	fs.Var(&workers, "workers", "")
 	fs.StringVar(&name, "name", "", "")
 	fs.StringVar(&socket, "socket", "", "")
 	fs.StringVar(&group, "socket-group", "", "")
@@ -193,6 +197,8 @@ func parseArgs(args []string) (*options, error) {
 			r.mac = setting[string]{mac, origin}
 		case "mtu":
 			r.mtu = setting[int]{mtu.v, origin}
+		case "workers":
+			r.workers = setting[int]{workers.v, origin}
 		case "name":
 			r.name = setting[string]{name, origin}
 		case "socket":
@@ -241,6 +247,9 @@ func (o *options) load() (*Config, error) {
 	}
 	if f.mtu.set() {
 		raw.mtu = f.mtu
+	}
+	if f.workers.set() {
+		raw.workers = f.workers
 	}
 	c, err := raw.validate()
 	if err != nil {

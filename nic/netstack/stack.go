@@ -293,8 +293,10 @@ type receiver struct {
 	rx    []RxPacket
 }
 
-func (s *Stack) newReceiver() *receiver {
-	n := s.link.BatchSize()
+func (s *Stack) newReceiver() *receiver { return s.newReceiverFor(s.link) }
+
+func (s *Stack) newReceiverFor(l link.Link) *receiver {
+	n := l.BatchSize()
 	r := &receiver{s: s, bufs: make([][]byte, n), sizes: make([]int, n), rx: make([]RxPacket, 0, n)}
 	for i := range r.bufs {
 		// Room for a VLAN tag's worth of slack beyond the MTU so an
@@ -340,6 +342,17 @@ func (s *Stack) RxPoller() (*RxPoller, bool) {
 		s.announce()
 	}
 	return &RxPoller{r: s.newReceiver(), p: p}, true
+}
+
+// RxPollerOn is RxPoller for another socket on the stack's interface (a
+// PACKET_FANOUT member, link.OpenRawFanout): a second worker reads it,
+// and its frames are handled as the stack's own.
+func (s *Stack) RxPollerOn(l link.Link) (*RxPoller, bool) {
+	p, ok := l.(link.Poller)
+	if !ok {
+		return nil, false
+	}
+	return &RxPoller{r: s.newReceiverFor(l), p: p}, true
 }
 
 // Poll reads one batch of the frames ready, answers control traffic and
