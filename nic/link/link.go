@@ -122,6 +122,9 @@ type RingReader interface {
 	// without waiting; it returns how many. A frame is a whole Ethernet
 	// frame in ring memory, valid only until fn returns; fn may modify it.
 	ReadRing(max int, fn func(frame []byte)) (int, error)
+	// HasRing reports whether the link was opened with a ring (ReadRing
+	// fails without one).
+	HasRing() bool
 }
 
 // EthernetHeaderLen is the length of an untagged Ethernet header.

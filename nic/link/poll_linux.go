@@ -47,6 +47,9 @@ func (r *Raw) ReadRing(max int, fn func(frame []byte)) (int, error) {
 	return r.ring.frames(max, fn), nil
 }
 
+// HasRing implements RingReader.
+func (r *Raw) HasRing() bool { return r.ring != nil }
+
 // copyRing copies up to len(bufs) ring frames to bufs[i][offset:].
 func (r *Raw) copyRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 	n := 0

@@ -321,13 +321,37 @@ func (r *receiver) handle(k int, deliver func([]RxPacket)) {
 	}
 }
 
+// handleFrame is handle for one frame still in the link's receive ring: a
+// RoCEv2 packet goes to deliver at once, in place, since the slot goes
+// back to the kernel when this returns.
+func (r *receiver) handleFrame(f []byte, deliver func([]RxPacket)) {
+	r.s.ctr.FramesIn.Add(1)
+	if pkt, ok := r.s.input(f); ok && deliver != nil {
+		r.rx = append(r.rx[:0], pkt)
+		deliver(r.rx)
+	}
+}
+
 // RxPoller is the receive side of the stack for a run-to-completion worker
 // that owns the link's reads (a link.Poller: raw and TAP links): Poll
 // takes what is ready without waiting, Wait sleeps until a frame is ready,
 // Wake ends the sleep from any goroutine. One goroutine polls.
 type RxPoller struct {
-	r *receiver
-	p link.Poller
+	r    *receiver
+	p    link.Poller
+	ring link.RingReader // set when the link receives into a ring: no copy out
+
+	deliver func([]RxPacket) // Poll's, for onFrame
+	onFrame func([]byte)     // made once: ReadRing's callback
+}
+
+func (s *Stack) newRxPoller(l link.Link, p link.Poller) *RxPoller {
+	rp := &RxPoller{r: s.newReceiverFor(l), p: p}
+	if rr, ok := l.(link.RingReader); ok && rr.HasRing() {
+		rp.ring = rr
+		rp.onFrame = func(f []byte) { rp.r.handleFrame(f, rp.deliver) }
+	}
+	return rp
 }
 
 // RxPoller returns the stack's poller, or false if its link cannot be
@@ -341,7 +365,7 @@ func (s *Stack) RxPoller() (*RxPoller, bool) {
 	if s.cfg.Mode == ModeTAP {
 		s.announce()
 	}
-	return &RxPoller{r: s.newReceiver(), p: p}, true
+	return s.newRxPoller(s.link, p), true
 }
 
 // RxPollerOn is RxPoller for another socket on the stack's interface (a
@@ -352,13 +376,21 @@ func (s *Stack) RxPollerOn(l link.Link) (*RxPoller, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &RxPoller{r: s.newReceiverFor(l), p: p}, true
+	return s.newRxPoller(l, p), true
 }
 
 // Poll reads one batch of the frames ready, answers control traffic and
 // hands the RoCEv2 packets to deliver (on the caller; valid until it
 // returns). It returns the frames read, 0 when none was ready.
 func (p *RxPoller) Poll(deliver func([]RxPacket)) (int, error) {
+	if p.ring != nil {
+		// In the ring's slots: the payload goes from there to the
+		// engine (and into the MR) without a copy into a buffer first.
+		p.deliver = deliver
+		n, err := p.ring.ReadRing(len(p.r.bufs), p.onFrame)
+		p.deliver = nil
+		return n, err
+	}
 	k, err := p.p.TryRead(p.r.bufs, p.r.sizes, 0)
 	if k > 0 {
 		p.r.handle(k, deliver)
