@@ -126,22 +126,18 @@ func (w *worker) close() {
 	<-w.done
 }
 
-// loop: busy, it takes what is queued, polls the link and the doorbells
-// and runs a pass; idle, it sleeps on its wait set. The wait reports the
-// doorbells that woke it, so the poll after a wake-up is skipped.
+// loop: busy, it takes what is queued, reads the link and runs a pass,
+// and between two passes in a row polls the doorbells without waiting (so
+// a busy link never starves them); idle, it sleeps on its wait set, whose
+// wait polls before it parks and reports the doorbells that woke it. The
+// link is read every round after any poll of the set, since a poll takes
+// the link's edge.
 func (w *worker) loop() {
 	defer close(w.done)
 	defer w.closeWaitSet()
-	woken := false
+	busy := false
 	for {
 		took := w.take()
-		// The doorbells first: that poll also takes the link's edge,
-		// so the link is read after it, never left with a frame whose
-		// edge is gone.
-		if !woken {
-			w.pollBells()
-		}
-		woken = false
 		if w.pollLink() > 0 {
 			took = true
 		}
@@ -150,10 +146,14 @@ func (w *worker) loop() {
 				w.drainCallsAtStop()
 				return
 			}
-			woken = true
+			busy = false
 			continue
 		}
+		if busy {
+			w.pollBells()
+		}
 		w.pass()
+		busy = true
 	}
 }
 
