@@ -72,11 +72,8 @@ func TestTAPModeInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tap.Close() })
-	linktest.VethPair(t, nsA, va, nsB, vb)
-	nsA.Exec(t, "ip", "link", "add", br, "type", "bridge")
+	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
 	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
-	nsA.Exec(t, "ip", "link", "set", va, "master", br)
-	nsA.Exec(t, "ip", "link", "set", br, "up")
 	nsB.Exec(t, "ip", "addr", "add", "192.0.2.20/24", "dev", vb)
 
 	rx := make(chan RxPacket, 16)
