@@ -76,11 +76,16 @@ func (h *Heap[T]) Peek() (T, time.Time, bool) {
 	return h.items[0], h.slot(h.items[0]).at, true
 }
 
+// Due reports whether the soonest deadline is at or before now.
+func (h *Heap[T]) Due(now time.Time) bool {
+	return len(h.items) > 0 && !h.slot(h.items[0]).at.After(now)
+}
+
 // PopDue takes out the element with the soonest deadline if that deadline
 // is at or before now, clearing its deadline; false when none is due.
 func (h *Heap[T]) PopDue(now time.Time) (T, bool) {
 	var zero T
-	if len(h.items) == 0 || h.slot(h.items[0]).at.After(now) {
+	if !h.Due(now) {
 		return zero, false
 	}
 	x := h.items[0]

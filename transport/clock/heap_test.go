@@ -73,8 +73,11 @@ func TestHeapMatchesContainerHeap(t *testing.T) {
 			}
 		case 3:
 			now := base.Add(time.Duration(rng.IntN(17)) * time.Millisecond)
-			got, ok := h.PopDue(now)
 			wantOK := ref.Len() > 0 && !ref[0].at.After(now)
+			if h.Due(now) != wantOK {
+				t.Fatalf("step %d: Due(%v) = %v, want %v", step, now, !wantOK, wantOK)
+			}
+			got, ok := h.PopDue(now)
 			if ok != wantOK {
 				t.Fatalf("step %d: PopDue(%v) ok=%v, want %v", step, now, ok, wantOK)
 			}
