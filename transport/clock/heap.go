@@ -17,8 +17,8 @@ func (s *Slot) At() time.Time { return s.at }
 // Queued reports whether the slot is in a heap.
 func (s *Slot) Queued() bool { return s.pos != 0 }
 
-// Heap orders elements by deadline, soonest first: the one timer queue of
-// the CM table and the datapath workers. Equal deadlines leave in the order
+// Heap orders elements by deadline, soonest first: a timer queue such as
+// the CM table's, with no container/heap boilerplate per user. Equal deadlines leave in the order
 // container/heap would give them (the sift steps are its own). It is not
 // safe for concurrent use.
 type Heap[T any] struct {
