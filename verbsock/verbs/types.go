@@ -161,11 +161,16 @@ type Limits = verbsock.Limits
 // match its errno.
 type Error = verbsock.Error
 
+// The values of the vocabulary above, with the ibverbs numbers: QP types
+// and states, MTUs, AttrMask bits, WR opcodes, send flags, WC statuses,
+// opcodes and flags, access flags, MW types, async event types.
 const (
+	// QPType: IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD.
 	QPTypeRC = transport.QPTypeRC
 	QPTypeUC = transport.QPTypeUC
 	QPTypeUD = transport.QPTypeUD
 
+	// QPState: IBV_QPS_RESET … IBV_QPS_ERR.
 	QPStateReset = transport.StateReset
 	QPStateInit  = transport.StateInit
 	QPStateRTR   = transport.StateRTR
@@ -174,12 +179,14 @@ const (
 	QPStateSQE   = transport.StateSQE
 	QPStateErr   = transport.StateErr
 
+	// MTU: IBV_MTU_256 … IBV_MTU_4096.
 	MTU256  = transport.MTU256
 	MTU512  = transport.MTU512
 	MTU1024 = transport.MTU1024
 	MTU2048 = transport.MTU2048
 	MTU4096 = transport.MTU4096
 
+	// AttrMask: IBV_QP_STATE … IBV_QP_DEST_QPN, one a QPAttr field.
 	QPAttrState            = transport.AttrState
 	QPAttrCurState         = transport.AttrCurState
 	QPAttrEnSQDAsyncNotify = transport.AttrEnSQDAsyncNotify
@@ -202,6 +209,7 @@ const (
 	QPAttrCap              = transport.AttrCap
 	QPAttrDestQPN          = transport.AttrDestQPN
 
+	// WROpcode: IBV_WR_*.
 	WRRDMAWrite        = transport.WRRDMAWrite
 	WRRDMAWriteWithImm = transport.WRRDMAWriteWithImm
 	WRSend             = transport.WRSend
@@ -216,11 +224,13 @@ const (
 	WRAtomicWrite      = transport.WRAtomicWrite
 	WRRegMR            = transport.WRRegMR
 
+	// SendFlags: IBV_SEND_FENCE, _SIGNALED, _SOLICITED, _INLINE.
 	SendFence     = transport.SendFence
 	SendSignaled  = transport.SendSignaled
 	SendSolicited = transport.SendSolicited
 	SendInline    = transport.SendInline
 
+	// WCStatus: IBV_WC_SUCCESS and the errors.
 	WCSuccess        = transport.WCSuccess
 	WCLocLenErr      = transport.WCLocLenErr
 	WCLocQPOpErr     = transport.WCLocQPOpErr
@@ -239,6 +249,7 @@ const (
 	WCRespTimeoutErr = transport.WCRespTimeoutErr
 	WCGeneralErr     = transport.WCGeneralErr
 
+	// WCOpcode: IBV_WC_SEND … IBV_WC_RECV_RDMA_WITH_IMM.
 	WCSend            = transport.WCSend
 	WCRDMAWrite       = transport.WCRDMAWrite
 	WCRDMARead        = transport.WCRDMARead
@@ -252,10 +263,12 @@ const (
 	WCRecv            = transport.WCRecv
 	WCRecvRDMAWithImm = transport.WCRecvRDMAWithImm
 
+	// WCFlags: IBV_WC_GRH, IBV_WC_WITH_IMM, IBV_WC_WITH_INV.
 	WCWithGRH = transport.WCWithGRH
 	WCWithImm = transport.WCWithImm
 	WCWithInv = transport.WCWithInv
 
+	// Access: IBV_ACCESS_LOCAL_WRITE … IBV_ACCESS_ZERO_BASED.
 	AccessLocalWrite   = mem.LocalWrite
 	AccessRemoteWrite  = mem.RemoteWrite
 	AccessRemoteRead   = mem.RemoteRead
@@ -263,9 +276,11 @@ const (
 	AccessMWBind       = mem.MWBind
 	AccessZeroBased    = mem.ZeroBased
 
+	// MWType: IBV_MW_TYPE_1, IBV_MW_TYPE_2 (type 2B).
 	MWType1  = mem.MWType1
 	MWType2B = mem.MWType2B
 
+	// EventType: IBV_EVENT_*, and EventLost (vrnicd's own).
 	EventCQErr       = verbsock.EventCQErr
 	EventQPFatal     = verbsock.EventQPFatal
 	EventQPReqErr    = verbsock.EventQPReqErr
