@@ -5,8 +5,12 @@ PKGS      := ./...
 # staticcheck is pinned in .ci/run (go install ...@v0.8.2, i.e. 2026.2.2) and
 # run from GOPATH/bin so that it is not a dependency in go.mod.
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
+# checklocks (gVisor's) checks the +checklocks annotations; pinned in .ci/run
+# likewise. Inferred-lock hints are off: they are suggestions, not findings.
+CHECKLOCKS_VERSION := v0.0.0-20260905035102-160fafc42237
+CHECKLOCKS ?= $(shell $(GO) env GOPATH)/bin/checklocks
 
-.PHONY: all demo binaries build test check vet fmt staticcheck unit long fuzz bench clean interop install install-check perf
+.PHONY: all demo binaries build test check vet fmt staticcheck checklocks unit long fuzz bench clean interop install install-check perf
 
 all: build
 
@@ -34,7 +38,7 @@ perf:
 # need root (network namespaces, TAP) skip with a message when not root.
 test: check unit long systemd-check install-check
 
-check: fmt vet staticcheck
+check: fmt vet staticcheck checklocks
 
 fmt:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -46,6 +50,10 @@ vet:
 staticcheck:
 	@[ -x "$(STATICCHECK)" ] || { echo "staticcheck missing: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"; exit 1; }
 	$(STATICCHECK) $(PKGS)
+
+checklocks:
+	@[ -x "$(CHECKLOCKS)" ] || { echo "checklocks missing: go install gvisor.dev/gvisor/tools/checklocks/cmd/checklocks@$(CHECKLOCKS_VERSION)"; exit 1; }
+	$(CHECKLOCKS) -inferred=false $(PKGS)
 
 # The kernel interop suite boots VMs; it runs in `make interop`, not here.
 unit:

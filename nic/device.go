@@ -15,7 +15,6 @@ import (
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/mem"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // Sender is the port: *netstack.Stack.
@@ -409,5 +408,3 @@ func nodeGUID(mac net.HardwareAddr) uint64 {
 	}
 	return g
 }
-
-var _ = wire.RoCEv2Port

@@ -69,26 +69,35 @@ func MTUForNetdev(linkMTU int) MTU {
 	return MTU256
 }
 
-// QPAttr holds the modifiable QP attributes (struct ibv_qp_attr).
+// QPAttr holds the modifiable QP attributes (struct ibv_qp_attr): a
+// modify sets the fields its AttrMask names, a query reports them all. It
+// is the one definition the engine, the daemon's rings and server and the
+// client SDK (verbs.QPAttr) share.
 type QPAttr struct {
-	State           QPState
-	CurState        QPState
-	PathMTU         MTU
-	QKey            uint32
-	RQPSN           uint32
-	SQPSN           uint32
-	DestQPN         uint32
-	AccessFlags     mem.Access // remote access the responder allows
-	AV              AddressVector
-	PKeyIndex       uint16
-	Port            uint8
-	MaxRdAtomic     uint8
+	State    QPState // qp_state: the state to move to (AttrState)
+	CurState QPState // cur_qp_state: the state the caller believes the QP is in (AttrCurState)
+	PathMTU  MTU     // path_mtu: the largest payload of a packet, MTU256 … MTU4096 (RC, UC)
+	QKey     uint32  // qkey: the Q_Key of UD sends and the one receives must carry (UD)
+	RQPSN    uint32  // rq_psn: the PSN expected of the first request received (RTR)
+	SQPSN    uint32  // sq_psn: the PSN of the first request sent (RTS)
+	DestQPN  uint32  // dest_qp_num: the remote QP (RC, UC)
+	// AccessFlags is qp_access_flags: the remote operations the responder
+	// allows (mem.RemoteWrite, mem.RemoteRead, mem.RemoteAtomic).
+	AccessFlags mem.Access
+	AV          AddressVector // ah_attr: the primary path, where packets go (RC, UC)
+	PKeyIndex   uint16        // pkey_index: index in the port's P_Key table
+	Port        uint8         // port_num: the device's port (1)
+	// MaxRdAtomic is max_rd_atomic: RDMA READs and atomics the QP may have
+	// outstanding as the requester.
+	MaxRdAtomic uint8
+	// MaxDestRdAtomic is max_dest_rd_atomic: those it answers at once as
+	// the responder (the resources it keeps for duplicates).
 	MaxDestRdAtomic uint8
-	MinRNRTimer     uint8 // 5-bit RNR timer code
-	Timeout         uint8 // 4.096 µs × 2^Timeout, 0 = infinite
-	RetryCnt        uint8
-	RNRRetry        uint8 // 7 = infinite
-	SQDrainNotify   bool
+	MinRNRTimer     uint8 // min_rnr_timer: the 5-bit delay code of the RNR NAKs it sends (IBA table 45)
+	Timeout         uint8 // timeout: Local ACK Timeout, 4.096 µs × 2^Timeout; 0 waits forever
+	RetryCnt        uint8 // retry_cnt: retransmissions after a timeout or sequence NAK before WCRetryExcErr (0-7)
+	RNRRetry        uint8 // rnr_retry: retries after an RNR NAK before WCRNRRetryExcErr (0-7; 7 = infinite)
+	SQDrainNotify   bool  // en_sqd_async_notify: an SQ-drained event when SQD has drained (AttrEnSQDAsyncNotify)
 }
 
 // LocalAckTimeout is the retransmit timeout of a Timeout attribute:
@@ -111,13 +120,14 @@ func RNRTimer(c uint8) time.Duration {
 	return time.Duration(rnrTimerMicros[c&0x1f]) * time.Microsecond
 }
 
-// QPCap are the queue sizes fixed at create time (struct ibv_qp_cap).
+// QPCap are the queue sizes fixed at create time (struct ibv_qp_cap): what
+// the consumer asks for, and on return what the QP has.
 type QPCap struct {
-	MaxSendWR     uint32
-	MaxRecvWR     uint32
-	MaxSendSGE    uint32
-	MaxRecvSGE    uint32
-	MaxInlineData uint32
+	MaxSendWR     uint32 // max_send_wr: send WRs outstanding (posted and not completed)
+	MaxRecvWR     uint32 // max_recv_wr: receive WRs outstanding (none with an SRQ)
+	MaxSendSGE    uint32 // max_send_sge: SGEs in one send WR
+	MaxRecvSGE    uint32 // max_recv_sge: SGEs in one receive WR
+	MaxInlineData uint32 // max_inline_data: bytes a SendInline WR may carry
 }
 
 // Errors of Modify and of posting.

@@ -97,9 +97,13 @@ func NewQP(env *Env, cfg QPConfig) (*QP, error) {
 		srq: cfg.SRQ, sigAll: cfg.SQSigAll, hooks: cfg.Hooks, env: env,
 		log: log.With("qpn", cfg.QPN),
 	}
+	// Uncontended (q is not shared yet); taken so that publish's
+	// +checklocks precondition holds here as everywhere.
+	q.mu.Lock()
 	q.attr.State = StateReset
 	q.attr.PathMTU = MTU1024
 	q.publish(udpSourcePortForQPN(cfg.QPN))
+	q.mu.Unlock()
 	q.snd.init(q)
 	q.rcv.init(q)
 	return q, nil

@@ -149,24 +149,26 @@ const (
 	SendInline    SendFlags = 8
 )
 
-// SGE is one scatter/gather element: bytes at Addr in the MR named by LKey.
+// SGE is one scatter/gather element (struct ibv_sge): Length bytes at
+// Addr in the MR named by LKey.
 type SGE struct {
-	Addr   uint64
-	Length uint32
-	LKey   uint32
+	Addr   uint64 // addr: the first byte, in the MR's address space (its IOVA)
+	Length uint32 // length: bytes
+	LKey   uint32 // lkey: the local key of the MR the bytes lie in
 }
 
 // AddressVector is where a packet goes and how: the destination GID and the
-// GRH fields, as struct ibv_ah_attr's grh for RoCE.
+// GRH fields, as struct ibv_ah_attr and its grh for RoCE (the QP
+// attribute QPAttr.AV, an AH's attributes).
 type AddressVector struct {
-	DGID         [16]byte
-	SGID         [16]byte // filled from SGIDIndex by the device
-	SGIDIndex    uint8
-	HopLimit     uint8
-	TrafficClass uint8
-	FlowLabel    uint32
-	SL           uint8
-	Port         uint8
+	DGID         [16]byte // grh.dgid: the destination GID (an IPv6 or IPv4-mapped address)
+	SGID         [16]byte // the source GID, filled from SGIDIndex by the device
+	SGIDIndex    uint8    // grh.sgid_index: the source GID's index in the port's GID table
+	HopLimit     uint8    // grh.hop_limit: the IPv6 hop limit or IPv4 TTL
+	TrafficClass uint8    // grh.traffic_class: the IPv6 traffic class or IPv4 TOS
+	FlowLabel    uint32   // grh.flow_label: the IPv6 flow label (20 bits)
+	SL           uint8    // sl: the service level (no wire field in RoCEv2)
+	Port         uint8    // port_num: the device's port (1)
 }
 
 // RegMRWR is the payload of a REG_MR work request (fast registration).
@@ -313,20 +315,23 @@ const (
 	WCWithInv WCFlags = 8
 )
 
-// WC is a work completion (struct ibv_wc).
+// WC is a work completion (struct ibv_wc): one per signaled or failed send WR, per
+// receive WR consumed, and per WR flushed in the error state.
 type WC struct {
-	WRID    uint64
-	Status  WCStatus
-	Opcode  WCOpcode
-	Flags   WCFlags
+	WRID   uint64   // wr_id: the ID of the WR that completed
+	Status WCStatus // status: WCSuccess or why the WR failed
+	Opcode WCOpcode // opcode: what completed (WCSend … for send WRs, WCRecv… for receives)
+	Flags  WCFlags  // wc_flags: WCWithGRH, WCWithImm, WCWithInv
+	// ByteLen is byte_len: the bytes the WR moved; for a UD receive the
+	// message plus the 40-byte GRH ahead of it, as ibverbs counts.
 	ByteLen uint32
 	// ImmData is the immediate data (WCWithImm, network order as on the
 	// wire) or the invalidated rkey (WCWithInv).
 	ImmData   uint32
-	QPN       uint32
-	SrcQP     uint32
-	PKeyIndex uint16
-	VendorErr uint32
+	QPN       uint32 // qp_num: the local QP the WR was posted to
+	SrcQP     uint32 // src_qp: the sending QP (UD receives)
+	PKeyIndex uint16 // pkey_index: 0, the port's one P_Key
+	VendorErr uint32 // vendor_err: 0, vrnicd has no vendor syndromes
 	// Solicited: the message asked for a solicited event (BTH SE), which
 	// ibv_req_notify_cq(solicited_only) waits for.
 	Solicited bool

@@ -12,16 +12,7 @@ import (
 // UC: no ACKs; a lost packet drops the rest of its message, and the next
 // FIRST/ONLY starts over in the same receive WQE.
 func TestUCDropsMessageWithGapAndResyncsOnNextFirst(t *testing.T) {
-	p := newPair(t, 11, tt.Options{Type: transport.QPTypeUC})
-	src := p.buf(t, p.a, 8192, 0x1000)
-	dst := p.buf(t, p.b, 8192, 0x2000)
-	fill(src.Bytes, 5)
-	fromB := 0
-	p.net.Tap = func(f *tt.Frame) {
-		if f.From == p.b.Node {
-			fromB++
-		}
-	}
+	p, src, dst, fromB := newUCPair(t, 11, 5)
 	dropped := false
 	p.net.Faults.Drop = func(f *tt.Frame) bool {
 		if !dropped && f.Pkt.BTH.Opcode() == wire.UCSendMiddle {
@@ -41,8 +32,8 @@ func TestUCDropsMessageWithGapAndResyncsOnNextFirst(t *testing.T) {
 	if !bytes.Equal(dst.Bytes[:2500], src.Bytes[100:2600]) {
 		t.Fatal("data differs")
 	}
-	if fromB != 0 {
-		t.Errorf("UC responder sent %d packets", fromB)
+	if *fromB != 0 {
+		t.Errorf("UC responder sent %d packets", *fromB)
 	}
 }
 
@@ -51,16 +42,7 @@ func TestUCDropsMessageWithGapAndResyncsOnNextFirst(t *testing.T) {
 // to NAK, and a UC length error is not a QP error); the QP stays up and
 // the next message takes the next receive WQE.
 func TestUCSendTooLongFailsItsReceiveOnly(t *testing.T) {
-	p := newPair(t, 21, tt.Options{Type: transport.QPTypeUC})
-	src := p.buf(t, p.a, 8192, 0x1000)
-	dst := p.buf(t, p.b, 8192, 0x2000)
-	fill(src.Bytes, 3)
-	fromB := 0
-	p.net.Tap = func(f *tt.Frame) {
-		if f.From == p.b.Node {
-			fromB++
-		}
-	}
+	p, src, dst, fromB := newUCPair(t, 21, 3)
 	postRecv(t, p.b, 1, dst.SGE(0, 1000))
 	postRecv(t, p.b, 2, dst.SGE(4096, 4096))
 	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{src.SGE(0, 3000)}})
@@ -82,8 +64,8 @@ func TestUCSendTooLongFailsItsReceiveOnly(t *testing.T) {
 	if st := p.b.QP.State(); st != transport.StateRTS {
 		t.Errorf("UC responder in %v after a receive too small, want RTS", st)
 	}
-	if fromB != 0 {
-		t.Errorf("UC responder sent %d packets", fromB)
+	if *fromB != 0 {
+		t.Errorf("UC responder sent %d packets", *fromB)
 	}
 }
 
@@ -91,16 +73,7 @@ func TestUCSendTooLongFailsItsReceiveOnly(t *testing.T) {
 // and without touching memory or receive WQEs; the next WRITE (with
 // immediate) is placed and consumes a receive WQE.
 func TestUCWriteBadRKeyIsDroppedSilently(t *testing.T) {
-	p := newPair(t, 22, tt.Options{Type: transport.QPTypeUC})
-	src := p.buf(t, p.a, 8192, 0x1000)
-	dst := p.buf(t, p.b, 8192, 0x2000)
-	fill(src.Bytes, 11)
-	fromB := 0
-	p.net.Tap = func(f *tt.Frame) {
-		if f.From == p.b.Node {
-			fromB++
-		}
-	}
+	p, src, dst, fromB := newUCPair(t, 22, 11)
 	postRecv(t, p.b, 7, dst.SGE(0, 16))
 	post(t, p.a, transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, SGL: []transport.SGE{src.SGE(0, 2000)},
 		RemoteAddr: dst.Addr, RKey: dst.RKey ^ 0xff})
@@ -128,7 +101,25 @@ func TestUCWriteBadRKeyIsDroppedSilently(t *testing.T) {
 	if st := p.b.QP.State(); st != transport.StateRTS {
 		t.Errorf("UC responder in %v after a bad rkey, want RTS", st)
 	}
-	if fromB != 0 {
-		t.Errorf("UC responder sent %d packets", fromB)
+	if *fromB != 0 {
+		t.Errorf("UC responder sent %d packets", *fromB)
 	}
+}
+
+// newUCPair is a UC pair (seed) with an 8 KiB buffer on each side, a's
+// filled by fill(src, fill0), and a count of the packets b sends (UC's
+// responder must send none).
+func newUCPair(t *testing.T, seed uint64, fill0 byte) (p *pair, src, dst *tt.Buffer, fromB *int) {
+	t.Helper()
+	p = newPair(t, seed, tt.Options{Type: transport.QPTypeUC})
+	src = p.buf(t, p.a, 8192, 0x1000)
+	dst = p.buf(t, p.b, 8192, 0x2000)
+	fill(src.Bytes, fill0)
+	fromB = new(int)
+	p.net.Tap = func(f *tt.Frame) {
+		if f.From == p.b.Node {
+			*fromB++
+		}
+	}
+	return p, src, dst, fromB
 }

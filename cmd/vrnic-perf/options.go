@@ -356,14 +356,33 @@ func (p *params) set(o getopt.Opt) error {
 }
 
 // force applies force_dependecies and the parser's checks after it, in
-// perftest's order, with its messages.
+// perftest's order, with its messages: the mode checks, the depths, the
+// message size, then the duration and peak settings.
 func (p *params) force() error {
+	if err := p.checkModes(); err != nil {
+		return err
+	}
+	p.forceDepths()
+	if err := p.forceSize(); err != nil {
+		return err
+	}
+	return p.forceDuration()
+}
+
+// checkModes refuses the mode combinations perftest refuses first.
+func (p *params) checkModes() error {
 	if p.runAll && p.isDuration {
 		return fmt.Errorf("Duration mode currently doesn't support running on all sizes.")
 	}
 	if p.isDuration && p.events {
 		return fmt.Errorf("Duration mode doesn't work with events.")
 	}
+	return nil
+}
+
+// forceDepths caps the queue depths at the iteration count and the CQ
+// moderation at the send depth.
+func (p *params) forceDepths() {
 	if !p.isDuration {
 		if uint64(p.txDepth) > p.iters {
 			p.txDepth = int(p.iters)
@@ -378,6 +397,11 @@ func (p *params) force() error {
 	if p.cqMod > p.txDepth {
 		p.cqMod = p.txDepth
 	}
+}
+
+// forceSize disables inline for READ and atomics, takes the largest size
+// for --all and refuses a changed atomic size.
+func (p *params) forceSize() error {
 	if p.test.verb == verbRead || p.test.verb == verbAtomic {
 		p.inlineSize = 0
 	}
@@ -387,6 +411,13 @@ func (p *params) force() error {
 	if p.test.verb == verbAtomic && p.size != defSizeAtomic {
 		return fmt.Errorf("Message size cannot be changed for Atomic tests ")
 	}
+	return nil
+}
+
+// forceDuration sets what duration mode, the send_bw server and long runs
+// imply (no iterations, no peak, the margin), evens SEND's rx depth and
+// checks the margin.
+func (p *params) forceDuration() error {
 	if p.isDuration {
 		p.iters = 0
 		p.noPeak = true

@@ -69,6 +69,8 @@ func TestLatReport(t *testing.T) {
 	}
 }
 
+// TestParams: perftest's defaults and force_dependecies' adjustments of the
+// options it accepts.
 func TestParams(t *testing.T) {
 	for args, check := range map[string]func(p *params) bool{
 		"write_bw host": func(p *params) bool {
@@ -94,6 +96,10 @@ func TestParams(t *testing.T) {
 			t.Errorf("%q: %+v %v", args, p, err)
 		}
 	}
+}
+
+// TestParamsRefused: perftest's refusals, with its messages.
+func TestParamsRefused(t *testing.T) {
 	for args, want := range map[string]string{
 		"":                         "no test",
 		"bw":                       `unknown test "bw"`,

@@ -102,52 +102,8 @@ func TestCM(t *testing.T) {
 	if acc.err != nil {
 		t.Fatal(acc.err)
 	}
-	pid := os.Getpid()
-	ca, cb := cmList(t, ds[0].Socket), cmList(t, ds[1].Socket)
-	if len(ca) != 1 || len(cb) != 2 {
-		t.Fatalf("client side %+v, server side %+v: want the connection, and the listener on the server", ca, cb)
-	}
-	a, b := ca[0], cb[0]
-	if b.Listener {
-		b = cb[1]
-	}
-	for _, e := range []jsonCM{a, b} {
-		if e.Listener || e.State != "ESTABLISHED" || e.ServiceID != "0x1061c06" || e.PortSpace != "TCP" ||
-			e.Port != 7174 || e.PID != pid {
-			t.Errorf("connection %+v, want ESTABLISHED on TCP:7174 owned by %d", e, pid)
-		}
-	}
-	if !a.Active || b.Active {
-		t.Errorf("active flags %v %v, want the client's only", a.Active, b.Active)
-	}
-	if a.LocalID == 0 || a.LocalID != b.RemoteID || b.LocalID != a.RemoteID {
-		t.Errorf("comm IDs %#x/%#x and %#x/%#x, want swapped", a.LocalID, a.RemoteID, b.LocalID, b.RemoteID)
-	}
-	if a.QPN != qa.QPN() || a.RemoteQPN != qb.QPN() || b.QPN != qb.QPN() || b.RemoteQPN != qa.QPN() {
-		t.Errorf("QPNs %#x->%#x and %#x->%#x, want %#x<->%#x", a.QPN, a.RemoteQPN, b.QPN, b.RemoteQPN, qa.QPN(), qb.QPN())
-	}
-	ipA, ipB := ds[0].Host.Addr.String(), ds[1].Host.Addr.String()
-	if a.Local != ipA || a.Peer != ipB || b.Local != ipB || b.Peer != ipA {
-		t.Errorf("addresses %s->%s and %s->%s, want %s<->%s", a.Local, a.Peer, b.Local, b.Peer, ipA, ipB)
-	}
-
-	rc, out, errOut := runCmd("cm", "--socket", ds[1].Socket)
-	if rc != 0 {
-		t.Fatalf("cm: exit %d, stderr %q", rc, errOut)
-	}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 3 || !regexp.MustCompile(`^STATE +LOCAL_ID +REMOTE_ID +SERVICE_ID +PS:PORT +LOCAL +PEER +QPN +RQPN +PID$`).MatchString(lines[0]) {
-		t.Fatalf("cm output:\n%s", out)
-	}
-	wantConn := []string{"ESTABLISHED", fmt.Sprintf("0x%08x", b.LocalID), fmt.Sprintf("0x%08x", b.RemoteID), "0x1061c06",
-		"TCP:7174", ipB, ipA, fmt.Sprintf("0x%06x", qb.QPN()), fmt.Sprintf("0x%06x", qa.QPN()), fmt.Sprint(pid)}
-	wantLis := []string{"LISTEN", "-", "-", "0x1061c06", "TCP:7174", "*", "-", "-", "-", fmt.Sprint(pid)}
-	if got := strings.Join(strings.Fields(lines[1]), " "); got != strings.Join(wantConn, " ") {
-		t.Errorf("connection line %q, want %v", lines[1], wantConn)
-	}
-	if got := strings.Join(strings.Fields(lines[2]), " "); got != strings.Join(wantLis, " ") {
-		t.Errorf("listener line %q, want %v", lines[2], wantLis)
-	}
+	_, b := cmConnPair(t, ds, qa.QPN(), qb.QPN())
+	cmTable(t, ds[1].Socket, b, qb.QPN(), qa.QPN(), ds[1].Host.Addr.String(), ds[0].Host.Addr.String())
 
 	if err := c.Disconnect(); err != nil {
 		t.Fatal(err)
@@ -163,6 +119,67 @@ func TestCM(t *testing.T) {
 				t.Errorf("after the disconnect: %+v, want TIMEWAIT or gone", e)
 			}
 		}
+	}
+}
+
+// cmConnPair checks cm --json on both daemons once connected: the client's
+// connection and the server's (beside its listener) agree on IDs, QPNs
+// (qpnA the client's, qpnB the server's) and addresses. It returns the
+// client's entry and the server's.
+func cmConnPair(t *testing.T, ds [2]servertest.Daemon, qpnA, qpnB uint32) (a, b jsonCM) {
+	t.Helper()
+	pid := os.Getpid()
+	ca, cb := cmList(t, ds[0].Socket), cmList(t, ds[1].Socket)
+	if len(ca) != 1 || len(cb) != 2 {
+		t.Fatalf("client side %+v, server side %+v: want the connection, and the listener on the server", ca, cb)
+	}
+	a, b = ca[0], cb[0]
+	if b.Listener {
+		b = cb[1]
+	}
+	for _, e := range []jsonCM{a, b} {
+		if e.Listener || e.State != "ESTABLISHED" || e.ServiceID != "0x1061c06" || e.PortSpace != "TCP" ||
+			e.Port != 7174 || e.PID != pid {
+			t.Errorf("connection %+v, want ESTABLISHED on TCP:7174 owned by %d", e, pid)
+		}
+	}
+	if !a.Active || b.Active {
+		t.Errorf("active flags %v %v, want the client's only", a.Active, b.Active)
+	}
+	if a.LocalID == 0 || a.LocalID != b.RemoteID || b.LocalID != a.RemoteID {
+		t.Errorf("comm IDs %#x/%#x and %#x/%#x, want swapped", a.LocalID, a.RemoteID, b.LocalID, b.RemoteID)
+	}
+	if a.QPN != qpnA || a.RemoteQPN != qpnB || b.QPN != qpnB || b.RemoteQPN != qpnA {
+		t.Errorf("QPNs %#x->%#x and %#x->%#x, want %#x<->%#x", a.QPN, a.RemoteQPN, b.QPN, b.RemoteQPN, qpnA, qpnB)
+	}
+	ipA, ipB := ds[0].Host.Addr.String(), ds[1].Host.Addr.String()
+	if a.Local != ipA || a.Peer != ipB || b.Local != ipB || b.Peer != ipA {
+		t.Errorf("addresses %s->%s and %s->%s, want %s<->%s", a.Local, a.Peer, b.Local, b.Peer, ipA, ipB)
+	}
+	return a, b
+}
+
+// cmTable checks plain cm on the server (sock): a header, its connection
+// b (local QPN qpn, remote rqpn, addresses ip and peer), then the listener.
+func cmTable(t *testing.T, sock string, b jsonCM, qpn, rqpn uint32, ip, peer string) {
+	t.Helper()
+	pid := os.Getpid()
+	rc, out, errOut := runCmd("cm", "--socket", sock)
+	if rc != 0 {
+		t.Fatalf("cm: exit %d, stderr %q", rc, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 3 || !regexp.MustCompile(`^STATE +LOCAL_ID +REMOTE_ID +SERVICE_ID +PS:PORT +LOCAL +PEER +QPN +RQPN +PID$`).MatchString(lines[0]) {
+		t.Fatalf("cm output:\n%s", out)
+	}
+	wantConn := []string{"ESTABLISHED", fmt.Sprintf("0x%08x", b.LocalID), fmt.Sprintf("0x%08x", b.RemoteID), "0x1061c06",
+		"TCP:7174", ip, peer, fmt.Sprintf("0x%06x", qpn), fmt.Sprintf("0x%06x", rqpn), fmt.Sprint(pid)}
+	wantLis := []string{"LISTEN", "-", "-", "0x1061c06", "TCP:7174", "*", "-", "-", "-", fmt.Sprint(pid)}
+	if got := strings.Join(strings.Fields(lines[1]), " "); got != strings.Join(wantConn, " ") {
+		t.Errorf("connection line %q, want %v", lines[1], wantConn)
+	}
+	if got := strings.Join(strings.Fields(lines[2]), " "); got != strings.Join(wantLis, " ") {
+		t.Errorf("listener line %q, want %v", lines[2], wantLis)
 	}
 }
 

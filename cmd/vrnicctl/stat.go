@@ -2,10 +2,10 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
@@ -60,33 +60,9 @@ func statText(name string, st verbs.Stats, w io.Writer) error {
 	return b.Flush()
 }
 
-// statJSON writes one object; keys keep the daemon's order (encoding/json
-// would sort a map's).
+// statJSON writes one object, the counters in the daemon's order.
 func statJSON(st verbs.Stats, w io.Writer) error {
-	b := bufio.NewWriter(w)
-	b.WriteString(`{"device":`)
-	writeCounters(b, st.Device, "")
-	b.WriteString(`,"qps":[`)
-	for i, q := range st.QPs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeCounters(b, q.Counters, fmt.Sprintf(`"qpn":%d`, q.QPN))
-	}
-	b.WriteString("]}\n")
-	return b.Flush()
-}
-
-func writeCounters(b *bufio.Writer, cs []verbs.Counter, first string) {
-	b.WriteByte('{')
-	b.WriteString(first)
-	for i, c := range cs {
-		if i > 0 || first != "" {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(c.Name)
-		b.Write(k)
-		fmt.Fprintf(b, ":%d", c.Value)
-	}
-	b.WriteByte('}')
+	return countersJSON(w, "", st.Device, len(st.QPs), func(i int) (uint32, []verbs.Counter) {
+		return st.QPs[i].QPN, st.QPs[i].Counters
+	}, func(c verbs.Counter) (string, string) { return c.Name, strconv.FormatUint(c.Value, 10) })
 }

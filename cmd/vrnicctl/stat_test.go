@@ -149,15 +149,26 @@ func TestStat(t *testing.T) {
 	p := newRCPair(t, sock, ha)
 	p.write(t, 3000) // three packets, three ACKs at most
 	ha.Stack.Counters().ICRCErrors.Add(5)
+	doc, want := statJSONDevice(t, sock, ha)
+	qa, _ := statJSONQPs(t, doc, p)
+	statPlain(t, sock, doc, want, p.a.QPN(), qa)
+}
 
+// statDoc is stat --json's object.
+type statDoc struct {
+	Device map[string]uint64   `json:"device"`
+	QPs    []map[string]uint64 `json:"qps"`
+}
+
+// statJSONDevice runs stat --json and checks its keys and the device's
+// counters; it returns the document and the device's names in order.
+func statJSONDevice(t *testing.T, sock string, ha *nictest.Host) (statDoc, []string) {
+	t.Helper()
 	rc, out, errOut := runCmd("stat", "--json", "--socket", sock)
 	if rc != 0 || strings.Count(out, "\n") != 1 {
 		t.Fatalf("stat --json: exit %d, stdout %q, stderr %q", rc, out, errOut)
 	}
-	var doc struct {
-		Device map[string]uint64   `json:"device"`
-		QPs    []map[string]uint64 `json:"qps"`
-	}
+	var doc statDoc
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("stat --json output %q: %v", out, err)
 	}
@@ -181,10 +192,16 @@ func TestStat(t *testing.T) {
 		t.Errorf("device icrc_errors %d (want 5), retransmit_timeouts %d, local_op_replays %d",
 			doc.Device["icrc_errors"], doc.Device["retransmit_timeouts"], doc.Device["local_op_replays"])
 	}
+	return doc, want
+}
+
+// statJSONQPs checks the two QPs' objects of stat --json against the
+// traffic and the device's sums, and returns them (writer, target).
+func statJSONQPs(t *testing.T, doc statDoc, p *rcPair) (qa, qb map[string]uint64) {
+	t.Helper()
 	if len(doc.QPs) != 2 {
 		t.Fatalf("qps %v", doc.QPs)
 	}
-	var qa, qb map[string]uint64
 	for _, q := range doc.QPs {
 		switch uint32(q["qpn"]) {
 		case p.a.QPN():
@@ -210,8 +227,14 @@ func TestStat(t *testing.T) {
 			t.Errorf("device %s = %d, QPs %d + %d", n, doc.Device[n], qa[n], qb[n])
 		}
 	}
+	return qa, qb
+}
 
-	rc, out, errOut = runCmd("stat", "--socket", sock)
+// statPlain checks plain stat: the device's lines in want's order with the
+// values of doc, then one line a QP, the writer's (qpnA) as qa says.
+func statPlain(t *testing.T, sock string, doc statDoc, want []string, qpnA uint32, qa map[string]uint64) {
+	t.Helper()
+	rc, out, errOut := runCmd("stat", "--socket", sock)
 	if rc != 0 {
 		t.Fatalf("stat: exit %d, stderr %q", rc, errOut)
 	}
@@ -229,7 +252,7 @@ func TestStat(t *testing.T) {
 	if len(qpLines) != 2 {
 		t.Fatalf("QP lines %q", qpLines)
 	}
-	wantA := fmt.Sprintf("qp 0x%06x", p.a.QPN())
+	wantA := fmt.Sprintf("qp 0x%06x", qpnA)
 	for _, n := range transport.CounterNames() {
 		wantA += fmt.Sprintf(" %s %d", n, qa[n])
 	}

@@ -152,8 +152,42 @@ func TestDecodeMatchesTshark(t *testing.T) {
 	if err != nil {
 		t.Skip("tshark not installed (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends tshark): skipping the cross-check against Wireshark's decoder")
 	}
-	// One capture with every golden frame and the every-opcode frames keeps
-	// this to one tshark run.
+	path := tsharkCapture(t)
+	rc, out, errOut := runCmd("decode", "--json", path)
+	if rc != 0 {
+		t.Fatalf("decode: exit %d: %s", rc, errOut)
+	}
+	ours := map[int]map[string]any{}
+	for _, m := range jsonLines(t, out) {
+		n, _ := jsonNum(m["frame"])
+		ours[int(n)] = m
+	}
+	tout := runTshark(t, tshark, path)
+	seen, compared := 0, 0
+	for _, line := range strings.Split(strings.TrimSuffix(string(tout), "\n"), "\n") {
+		cols := strings.Split(line, "\t")
+		n, err := strconv.Atoi(cols[0])
+		if err != nil || len(cols) != len(tsharkFields)+1 {
+			t.Fatalf("tshark line %q", line)
+		}
+		m := ours[n]
+		if m == nil {
+			t.Errorf("frame %d: tshark decodes InfiniBand, vrnicctl printed nothing", n)
+			continue
+		}
+		seen++
+		compared += compareTsharkFrame(t, n, m, cols[1:])
+	}
+	if seen != len(ours) {
+		t.Errorf("tshark decoded %d InfiniBand frames, vrnicctl printed %d", seen, len(ours))
+	}
+	t.Logf("%d frames, %d fields compared with %s", seen, compared, tshark)
+}
+
+// tsharkCapture writes one capture with every golden frame and the
+// every-opcode frames, which keeps the test to one tshark run.
+func tsharkCapture(t *testing.T) string {
+	t.Helper()
 	var frames [][]byte
 	files, err := rocetest.Files()
 	if err != nil {
@@ -188,17 +222,13 @@ func TestDecodeMatchesTshark(t *testing.T) {
 		w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1700000000, 0), CaptureLength: len(fr), Length: len(fr)}, fr)
 	}
 	f.Close()
+	return path
+}
 
-	rc, out, errOut := runCmd("decode", "--json", path)
-	if rc != 0 {
-		t.Fatalf("decode: exit %d: %s", rc, errOut)
-	}
-	ours := map[int]map[string]any{}
-	for _, m := range jsonLines(t, out) {
-		n, _ := jsonNum(m["frame"])
-		ours[int(n)] = m
-	}
-
+// runTshark is tshark's first occurrence of every tsharkFields field of
+// path's InfiniBand frames, one tab-separated line a frame.
+func runTshark(t *testing.T, tshark, path string) []byte {
+	t.Helper()
 	args := []string{"-r", path, "-Y", "infiniband", "-T", "fields", "-E", "occurrence=f", "-e", "frame.number"}
 	for _, tf := range tsharkFields {
 		args = append(args, "-e", tf.name)
@@ -212,51 +242,42 @@ func TestDecodeMatchesTshark(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tshark: %v: %s", err, stderr.String())
 	}
-	seen, compared := 0, 0
-	for _, line := range strings.Split(strings.TrimSuffix(string(tout), "\n"), "\n") {
-		cols := strings.Split(line, "\t")
-		n, err := strconv.Atoi(cols[0])
-		if err != nil || len(cols) != len(tsharkFields)+1 {
-			t.Fatalf("tshark line %q", line)
-		}
-		m := ours[n]
-		if m == nil {
-			t.Errorf("frame %d: tshark decodes InfiniBand, vrnicctl printed nothing", n)
+	return tout
+}
+
+// compareTsharkFrame compares frame n's fields as vrnicctl printed them (m)
+// with tshark's columns (tsharkFields' order) and says how many it compared.
+func compareTsharkFrame(t *testing.T, n int, m map[string]any, cols []string) int {
+	t.Helper()
+	compared := 0
+	op, _ := jsonNum(m["opcode_num"])
+	for i, tf := range tsharkFields {
+		if !tf.bth && !tsharkDissectsHeaders(op) {
 			continue
 		}
-		seen++
-		op, _ := jsonNum(m["opcode_num"])
-		for i, tf := range tsharkFields {
-			if !tf.bth && !tsharkDissectsHeaders(op) {
+		tv := cols[i]
+		ov, have := tf.ours(m)
+		if tv == "" {
+			if tf.name == "infiniband.invariant.crc" && tsharkSkipsICRC(op, m) {
 				continue
 			}
-			tv := cols[i+1]
-			ov, have := tf.ours(m)
-			if tv == "" {
-				if tf.name == "infiniband.invariant.crc" && tsharkSkipsICRC(op, m) {
-					continue
-				}
-				if have {
-					t.Errorf("frame %d (%v): %s: vrnicctl %#x, tshark has none", n, m["opcode"], tf.name, ov)
-				}
-				continue
+			if have {
+				t.Errorf("frame %d (%v): %s: vrnicctl %#x, tshark has none", n, m["opcode"], tf.name, ov)
 			}
-			base := 0
-			if tf.hex {
-				base = 16
-			}
-			v, err := strconv.ParseUint(tv, base, 64)
-			if err != nil {
-				t.Fatalf("frame %d: tshark %s=%q: %v", n, tf.name, tv, err)
-			}
-			if !have || v != ov {
-				t.Errorf("frame %d (%v): %s: vrnicctl %#x (present %v), tshark %s", n, m["opcode"], tf.name, ov, have, tv)
-			}
-			compared++
+			continue
 		}
+		base := 0
+		if tf.hex {
+			base = 16
+		}
+		v, err := strconv.ParseUint(tv, base, 64)
+		if err != nil {
+			t.Fatalf("frame %d: tshark %s=%q: %v", n, tf.name, tv, err)
+		}
+		if !have || v != ov {
+			t.Errorf("frame %d (%v): %s: vrnicctl %#x (present %v), tshark %s", n, m["opcode"], tf.name, ov, have, tv)
+		}
+		compared++
 	}
-	if seen != len(ours) {
-		t.Errorf("tshark decoded %d InfiniBand frames, vrnicctl printed %d", seen, len(ours))
-	}
-	t.Logf("%d frames, %d fields compared with %s", seen, compared, tshark)
+	return compared
 }

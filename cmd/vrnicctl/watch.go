@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -228,33 +227,10 @@ func (s rateSet) writeText(dev string, now time.Time, w io.Writer) error {
 // "device": {NAME: RATE, ...}, "qps": [{"qpn": N, NAME: RATE, ...}]}, every
 // counter present, in the daemon's order.
 func (s rateSet) writeJSON(now time.Time, w io.Writer) error {
-	b := bufio.NewWriter(w)
-	fmt.Fprintf(b, `{"time":%q,"interval_s":%s,"device":`, now.UTC().Format(time.RFC3339Nano), jsonFloat(s.secs))
-	writeRates(b, s.device, "")
-	b.WriteString(`,"qps":[`)
-	for i, q := range s.qps {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeRates(b, q.rates, fmt.Sprintf(`"qpn":%d`, q.qpn))
-	}
-	b.WriteString("]}\n")
-	return b.Flush()
-}
-
-func writeRates(b *bufio.Writer, rs []rate, first string) {
-	b.WriteByte('{')
-	b.WriteString(first)
-	for i, r := range rs {
-		if i > 0 || first != "" {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(r.name)
-		b.Write(k)
-		b.WriteByte(':')
-		b.WriteString(jsonFloat(r.v))
-	}
-	b.WriteByte('}')
+	head := fmt.Sprintf(`"time":%q,"interval_s":%s,`, now.UTC().Format(time.RFC3339Nano), jsonFloat(s.secs))
+	return countersJSON(w, head, s.device, len(s.qps), func(i int) (uint32, []rate) {
+		return s.qps[i].qpn, s.qps[i].rates
+	}, func(r rate) (string, string) { return r.name, jsonFloat(r.v) })
 }
 
 func jsonFloat(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }

@@ -327,24 +327,37 @@ func goTypeWord(t string) string {
 	return t
 }
 
-// validate checks the merged settings and turns them into a Config.
+// validate checks the merged settings and turns them into a Config, in
+// named steps: the link (interface, addresses, MAC, MTU), the device name,
+// the socket, logging and outputs, the client limits.
 func (raw *rawConfig) validate() (*Config, error) {
-	c := &Config{Name: defaultName, Socket: defaultSocket, SocketGID: -1, LogLevel: slog.LevelInfo, LogFormat: "text"}
+	c := &Config{Name: defaultName, Socket: defaultSocket, SocketGID: -1, LogLevel: slog.LevelInfo, LogFormat: "text",
+		Workers: defaultWorkers}
+	for _, step := range []func(*Config) error{raw.validateLink, raw.validateSocket, raw.validateOutputs, raw.validateClientLimits} {
+		if err := step(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
 
+// validateLink: the interface and its mode, addresses, MAC and MTU (the
+// kernel's own for a raw interface), then the device name.
+func (raw *rawConfig) validateLink(c *Config) error {
 	iface := raw.iface
 	if !iface.set() || iface.v == "" {
-		return nil, &configError{"no interface: give --iface tap:NAME (a new TAP) or --iface IFACE (raw mode on an existing interface), or iface in the config file"}
+		return &configError{"no interface: give --iface tap:NAME (a new TAP) or --iface IFACE (raw mode on an existing interface), or iface in the config file"}
 	}
 	if name, ok := strings.CutPrefix(iface.v, "tap:"); ok {
 		c.Mode = netstack.ModeTAP
 		if err := checkIfName(name); err != nil {
-			return nil, iface.errorf("TAP name %q %v", name, err)
+			return iface.errorf("TAP name %q %v", name, err)
 		}
 		c.Iface = name
 	} else {
 		c.Mode = netstack.ModeRaw
 		if err := checkIfName(iface.v); err != nil {
-			return nil, iface.errorf("interface name %q %v", iface.v, err)
+			return iface.errorf("interface name %q %v", iface.v, err)
 		}
 		c.Iface = iface.v
 	}
@@ -352,20 +365,20 @@ func (raw *rawConfig) validate() (*Config, error) {
 	for _, s := range raw.ip.v {
 		p, err := parsePrefix(s)
 		if err != nil {
-			return nil, raw.ip.errorf("%v", err)
+			return raw.ip.errorf("%v", err)
 		}
 		c.Addrs = append(c.Addrs, p)
 	}
 	if raw.mac.set() && raw.mac.v != "" {
 		m, err := parseMAC(raw.mac.v)
 		if err != nil {
-			return nil, raw.mac.errorf("%v", err)
+			return raw.mac.errorf("%v", err)
 		}
 		c.MAC, c.MACSet = m, true
 	}
 	if raw.mtu.set() {
 		if raw.mtu.v < minMTU || raw.mtu.v > maxMTU {
-			return nil, raw.mtu.errorf("%d is out of range (%d..%d; IPv6, which every vrnicd port has, needs %d)", raw.mtu.v, minMTU, maxMTU, minMTU)
+			return raw.mtu.errorf("%d is out of range (%d..%d; IPv6, which every vrnicd port has, needs %d)", raw.mtu.v, minMTU, maxMTU, minMTU)
 		}
 		c.MTU = raw.mtu.v
 	}
@@ -373,10 +386,10 @@ func (raw *rawConfig) validate() (*Config, error) {
 		// The kernel owns a raw interface: its MAC and addresses are the
 		// NIC's, and are followed as they change.
 		if len(c.Addrs) > 0 {
-			return nil, raw.ip.errorf("raw mode uses %s's own addresses (add them with 'ip addr add ... dev %s'); ip is for tap: interfaces only", c.Iface, c.Iface)
+			return raw.ip.errorf("raw mode uses %s's own addresses (add them with 'ip addr add ... dev %s'); ip is for tap: interfaces only", c.Iface, c.Iface)
 		}
 		if c.MACSet {
-			return nil, raw.mac.errorf("raw mode uses %s's own MAC; mac is for tap: interfaces only", c.Iface)
+			return raw.mac.errorf("raw mode uses %s's own MAC; mac is for tap: interfaces only", c.Iface)
 		}
 	} else {
 		if c.MTU == 0 {
@@ -388,33 +401,43 @@ func (raw *rawConfig) validate() (*Config, error) {
 	}
 	if raw.name.set() {
 		if err := checkDevName(raw.name.v); err != nil {
-			return nil, raw.name.errorf("%v", err)
+			return raw.name.errorf("%v", err)
 		}
 		c.Name = raw.name.v
 	}
+	return nil
+}
 
+// validateSocket: the socket's path and group.
+func (raw *rawConfig) validateSocket(c *Config) error {
 	if raw.socket.set() {
 		c.Socket = raw.socket.v
 	}
 	switch {
 	case c.Socket == "":
-		return nil, raw.socket.errorf("empty socket path")
+		return raw.socket.errorf("empty socket path")
 	case !strings.HasPrefix(c.Socket, "/"):
-		return nil, raw.socket.errorf("%q is not an absolute path", c.Socket)
+		return raw.socket.errorf("%q is not an absolute path", c.Socket)
 	case len(c.Socket) > maxSocketPath:
-		return nil, raw.socket.errorf("path is %d bytes; a Unix socket path holds at most %d", len(c.Socket), maxSocketPath)
+		return raw.socket.errorf("path is %d bytes; a Unix socket path holds at most %d", len(c.Socket), maxSocketPath)
 	}
 	if raw.socketGroup.set() && raw.socketGroup.v != "" {
 		gid, err := lookupGroup(raw.socketGroup.v)
 		if err != nil {
-			return nil, raw.socketGroup.errorf("%v", err)
+			return raw.socketGroup.errorf("%v", err)
 		}
 		c.SocketGroup, c.SocketGID = raw.socketGroup.v, gid
 	}
+	return nil
+}
+
+// validateOutputs: the log level and format, the pcap file, the metrics
+// endpoint.
+func (raw *rawConfig) validateOutputs(c *Config) error {
 	if raw.logLevel.set() {
 		l, err := parseLevel(raw.logLevel.v)
 		if err != nil {
-			return nil, raw.logLevel.errorf("%v", err)
+			return raw.logLevel.errorf("%v", err)
 		}
 		c.LogLevel = l
 	}
@@ -423,7 +446,7 @@ func (raw *rawConfig) validate() (*Config, error) {
 		case "text", "json":
 			c.LogFormat = f
 		default:
-			return nil, raw.logFormat.errorf("%q is not text or json", raw.logFormat.v)
+			return raw.logFormat.errorf("%q is not text or json", raw.logFormat.v)
 		}
 	}
 	if raw.pcap.set() {
@@ -431,17 +454,11 @@ func (raw *rawConfig) validate() (*Config, error) {
 	}
 	if raw.metrics.set() && raw.metrics.v != "" {
 		if err := checkMetricsAddr(raw.metrics.v); err != nil {
-			return nil, raw.metrics.errorf("%v", err)
+			return raw.metrics.errorf("%v", err)
 		}
 		c.Metrics = raw.metrics.v
 	}
-	if err := raw.validateClientLimits(c); err != nil {
-		return nil, err
-	}
-	if c.Workers == 0 {
-		c.Workers = defaultWorkers
-	}
-	return c, nil
+	return nil
 }
 
 // defaultWorkers: one datapath worker. On a machine whose cores the

@@ -36,10 +36,7 @@ func TestTwoDaemonsRC(t *testing.T) {
 	nsB := linktest.NewNS(t, "vpb")
 	tap, br := linktest.UniqueName("vt"), linktest.UniqueName("vb")
 	va, vb := linktest.UniqueName("va"), linktest.UniqueName("vr")
-	nsA.Exec(t, "ip", "link", "add", br, "type", "bridge")
-	nsA.Exec(t, "ip", "link", "set", br, "up")
-	linktest.VethPair(t, nsA, va, nsB, vb)
-	nsA.Exec(t, "ip", "link", "set", va, "master", br)
+	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
 	// The kernel of A is a third host on the segment, for the control.
 	nsA.Exec(t, "ip", "addr", "add", "192.0.2.3/24", "dev", br)
 	nsB.Exec(t, "ip", "addr", "add", "192.0.2.2/24", "dev", vb)
@@ -68,7 +65,51 @@ func TestTwoDaemonsRC(t *testing.T) {
 		t.Fatalf("raw-mode ready line %v", r)
 	}
 
-	// Raw mode: RoCEv2 reaches the daemon, and the kernel stays quiet.
+	pairRawQuiet(t, b, poke, wireB, unreachBefore)
+
+	// An RC connection between the two daemons.
+	ca, cb := openSide(t, sockA, "vrnicA", netip.MustParseAddr("192.0.2.1")), openSide(t, sockB, "vrnicB", netip.MustParseAddr("192.0.2.2"))
+	connectRC(t, ca, cb)
+	pairRCTraffic(t, ca, cb)
+
+	// Each resolved the other: A by its own ARP, B through the kernel.
+	nsCtr, _ := a.counters()
+	if nsCtr["arp_replies_in"] < 1 {
+		t.Errorf("TAP daemon did not resolve B by ARP: %v", nsCtr)
+	}
+	if out := nsB.Exec(t, "ip", "neigh", "show", "192.0.2.1", "dev", vb); !strings.Contains(out, interfaceMACString(a.ready)) {
+		t.Errorf("B's kernel has no entry for A's MAC %s: %q", interfaceMACString(a.ready), out)
+	}
+
+	// B's frames on the wire: RoCEv2 with correct ICRCs.
+	sent := wireB.roce()
+	if len(sent) < 3 {
+		t.Fatalf("captured %d RoCEv2 frames from B, want ≥ 3 (ACKs, a WRITE, a READ request)", len(sent))
+	}
+	for i, f := range sent {
+		if err := frameICRC(f); err != nil {
+			t.Errorf("frame %d from B: %v", i, err)
+		}
+	}
+
+	ca.close()
+	cb.close()
+	for _, d := range []*daemonProc{a, b} {
+		d.signal(syscall.SIGTERM)
+		if code, ok := d.wait(5 * time.Second); !ok || code != 0 {
+			t.Fatalf("exit: %v %d", ok, code)
+		}
+	}
+	if !ifaceExists(nsB, vb) {
+		t.Error("raw mode removed the interface it ran on")
+	}
+	pairPcapICRCs(t, vrnicctl, pcapB)
+}
+
+// pairRawQuiet: in raw mode RoCEv2 reaches the daemon b, and the kernel
+// of B sends no more port unreachables (than unreachBefore).
+func pairRawQuiet(t *testing.T, b *daemonProc, poke func(), wireB *wireCapture, unreachBefore int) {
+	t.Helper()
 	for range 3 {
 		poke()
 	}
@@ -80,10 +121,12 @@ func TestTwoDaemonsRC(t *testing.T) {
 	if n := wireB.unreach() - unreachBefore; n != 0 {
 		t.Fatalf("kernel of B sent %d ICMP port unreachable with vrnicd running", n)
 	}
+}
 
-	// An RC connection between the two daemons.
-	ca, cb := openSide(t, sockA, "vrnicA", netip.MustParseAddr("192.0.2.1")), openSide(t, sockB, "vrnicB", netip.MustParseAddr("192.0.2.2"))
-	connectRC(t, ca, cb)
+// pairRCTraffic: a 5000-byte SEND from A to B (five packets at path MTU
+// 1024), then an RDMA WRITE from B into A that B reads back.
+func pairRCTraffic(t *testing.T, ca, cb *rcSide) {
+	t.Helper()
 	src := ca.buf.Bytes()
 	for i := range src[:64<<10] {
 		src[i] = byte(i*7 + 3)
@@ -123,38 +166,12 @@ func TestTwoDaemonsRC(t *testing.T) {
 	if !bytes.Equal(src[200000:218000], dst[100000:118000]) || !bytes.Equal(dst[300000:318000], dst[100000:118000]) {
 		t.Fatal("WRITE/READ data differs")
 	}
+}
 
-	// Each resolved the other: A by its own ARP, B through the kernel.
-	nsCtr, _ := a.counters()
-	if nsCtr["arp_replies_in"] < 1 {
-		t.Errorf("TAP daemon did not resolve B by ARP: %v", nsCtr)
-	}
-	if out := nsB.Exec(t, "ip", "neigh", "show", "192.0.2.1", "dev", vb); !strings.Contains(out, interfaceMACString(a.ready)) {
-		t.Errorf("B's kernel has no entry for A's MAC %s: %q", interfaceMACString(a.ready), out)
-	}
-
-	// B's frames on the wire: RoCEv2 with correct ICRCs.
-	sent := wireB.roce()
-	if len(sent) < 3 {
-		t.Fatalf("captured %d RoCEv2 frames from B, want ≥ 3 (ACKs, a WRITE, a READ request)", len(sent))
-	}
-	for i, f := range sent {
-		if err := frameICRC(f); err != nil {
-			t.Errorf("frame %d from B: %v", i, err)
-		}
-	}
-
-	ca.close()
-	cb.close()
-	for _, d := range []*daemonProc{a, b} {
-		d.signal(syscall.SIGTERM)
-		if code, ok := d.wait(5 * time.Second); !ok || code != 0 {
-			t.Fatalf("exit: %v %d", ok, code)
-		}
-	}
-	if !ifaceExists(nsB, vb) {
-		t.Error("raw mode removed the interface it ran on")
-	}
+// pairPcapICRCs: vrnicctl decodes B's pcap with every ICRC ok (the
+// control's datagrams aside), its received and sent packets both there.
+func pairPcapICRCs(t *testing.T, vrnicctl, pcapB string) {
+	t.Helper()
 	out, err := exec.Command(vrnicctl, "decode", "--json", pcapB).CombinedOutput()
 	if err != nil {
 		t.Fatalf("vrnicctl decode: %v\n%s", err, out)

@@ -29,10 +29,7 @@ func TestTAPDaemon(t *testing.T) {
 	nsP := linktest.NewNS(t, "vdp")
 	tap, br := linktest.UniqueName("vt"), linktest.UniqueName("vb")
 	vd, vp := linktest.UniqueName("vd"), linktest.UniqueName("vp")
-	nsD.Exec(t, "ip", "link", "add", br, "type", "bridge")
-	nsD.Exec(t, "ip", "link", "set", br, "up")
-	linktest.VethPair(t, nsD, vd, nsP, vp)
-	nsD.Exec(t, "ip", "link", "set", vd, "master", br)
+	linktest.BridgedVeth(t, nsD, br, vd, nsP, vp)
 	nsP.Exec(t, "ip", "addr", "add", "192.0.2.20/24", "dev", vp)
 	nsP.Exec(t, "ip", "addr", "add", "2001:db8::20/64", "dev", vp, "nodad")
 

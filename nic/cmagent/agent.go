@@ -25,6 +25,7 @@ import (
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
@@ -160,11 +161,23 @@ func (a *Agent) input(m *nic.MAD) {
 	}
 }
 
-// run is the agent's goroutine: received MADs and the Table's timer.
+// run is the agent's goroutine: received MADs and the Table's timer, a
+// timer of the injected clock (so that it follows a manual one too).
 func (a *Agent) run() {
 	defer a.wg.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
+	wake := make(chan struct{}, 1)
+	fire := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-a.done:
@@ -177,28 +190,33 @@ func (a *Agent) run() {
 			}
 			a.flush()
 			a.mu.Unlock()
-		case <-t.C:
+		case <-wake:
 			a.mu.Lock()
 			a.tab.OnTimer(a.clock.Now(), &a.out)
 			a.flush()
 			a.mu.Unlock()
 		case <-a.kick:
 		}
-		a.rearm(t)
+		t = a.rearm(t, fire)
 	}
 }
 
-// rearm sets t to the Table's next deadline.
-func (a *Agent) rearm(t *time.Timer) {
+// rearm stops t and returns a timer that calls fire at the Table's next
+// deadline, or nil when no connection waits for time. A stopped timer that
+// fired anyway only makes run call OnTimer early, which runs nothing not
+// due.
+func (a *Agent) rearm(t clock.Timer, fire func()) clock.Timer {
+	if t != nil {
+		t.Stop()
+	}
 	a.mu.Lock()
 	at, ok := a.tab.NextWake()
 	now := a.clock.Now()
 	a.mu.Unlock()
-	d := time.Hour
-	if ok {
-		d = max(at.Sub(now), 0)
+	if !ok {
+		return nil
 	}
-	t.Reset(d)
+	return a.clock.AfterFunc(max(at.Sub(now), 0), fire)
 }
 
 // poke has run look at the Table's deadline again after a consumer call.

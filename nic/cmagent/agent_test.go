@@ -3,16 +3,13 @@ package cmagent_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/cmagent"
-	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/nictest"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/cm"
@@ -92,47 +89,6 @@ func (s *side) next(t *testing.T, want cm.EventKind) cmagent.Event {
 	return cmagent.Event{}
 }
 
-// loser drops the first n CM MADs of each attribute in attrs that an end
-// sends.
-type loser struct {
-	mu      sync.Mutex
-	left    map[uint16]int
-	dropped map[uint16]int
-}
-
-func newLoser(n int, attrs ...uint16) *loser {
-	l := &loser{left: map[uint16]int{}, dropped: map[uint16]int{}}
-	for _, a := range attrs {
-		l.left[a] = n
-	}
-	return l
-}
-
-// madOffset: Ethernet, IPv4, UDP, BTH, DETH.
-const madOffset = 14 + 20 + 8 + 12 + 8
-
-func (l *loser) hook(f []byte) link.Action {
-	if len(f) < madOffset+mad.Size || f[12] != 0x08 || f[13] != 0 || binary.BigEndian.Uint16(f[14+20+2:]) != 4791 ||
-		f[madOffset+1] != mad.ClassCM {
-		return link.Deliver
-	}
-	attr := binary.BigEndian.Uint16(f[madOffset+16:])
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.left[attr] > 0 {
-		l.left[attr]--
-		l.dropped[attr]++
-		return link.Drop
-	}
-	return link.Deliver
-}
-
-func (l *loser) count(attr uint16) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dropped[attr]
-}
-
 func state(q *nic.QP) transport.QPState { return q.Info().State }
 
 // TestConnectWithLoss: a REQ, REP, RTU and DREQ each lost once on the link;
@@ -141,10 +97,10 @@ func state(q *nic.QP) transport.QPState { return q.Info().State }
 func TestConnectWithLoss(t *testing.T) {
 	ha, hb := nictest.Pair(t, 1500)
 	a, b := newSide(t, ha, 0x1000000), newSide(t, hb, 0x2000000)
-	la := newLoser(1, mad.AttrConnectRequest, mad.AttrReadyToUse, mad.AttrDisconnectRequest)
-	lb := newLoser(1, mad.AttrConnectReply)
-	ha.Link.SetHook(la.hook)
-	hb.Link.SetHook(lb.hook)
+	la := nictest.NewCMLoss(1, mad.AttrConnectRequest, mad.AttrReadyToUse, mad.AttrDisconnectRequest)
+	lb := nictest.NewCMLoss(1, mad.AttrConnectReply)
+	ha.Link.SetHook(la.Hook)
+	hb.Link.SetHook(lb.Hook)
 	if _, err := b.ag.Listen(0, 7174, netip.Addr{}, b.handler(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +145,11 @@ func TestConnectWithLoss(t *testing.T) {
 		t.Errorf("QPs %v %v after the disconnect, want ERR", state(a.qp), state(b.qp))
 	}
 	for _, c := range []struct {
-		l    *loser
+		l    *nictest.CMLoss
 		attr uint16
 	}{{la, mad.AttrConnectRequest}, {lb, mad.AttrConnectReply}, {la, mad.AttrReadyToUse}, {la, mad.AttrDisconnectRequest}} {
-		if c.l.count(c.attr) != 1 {
-			t.Errorf("%s: %d lost, want 1 (the hook saw none?)", mad.AttrName(mad.ClassCM, c.attr), c.l.count(c.attr))
+		if c.l.Dropped(c.attr) != 1 {
+			t.Errorf("%s: %d lost, want 1 (the hook saw none?)", mad.AttrName(mad.ClassCM, c.attr), c.l.Dropped(c.attr))
 		}
 	}
 	if tc := a.ag.TableCounters(); tc.Retransmits < 2 {

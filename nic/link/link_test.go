@@ -207,11 +207,8 @@ func TestTAPAndRawOverBridge(t *testing.T) {
 	if !bytes.Contains([]byte(out), []byte("mtu 1400")) || !bytes.Contains([]byte(out), []byte("UP")) {
 		t.Fatalf("TAP not up with MTU 1400: %s", out)
 	}
-	linktest.VethPair(t, nsA, va, nsB, vb)
-	nsA.Exec(t, "ip", "link", "add", br, "type", "bridge")
+	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
 	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
-	nsA.Exec(t, "ip", "link", "set", va, "master", br)
-	nsA.Exec(t, "ip", "link", "set", br, "up")
 
 	var raw *link.Raw
 	if err := nsB.Do(func() (err error) {

@@ -72,11 +72,8 @@ func TestTAPModeInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tap.Close() })
-	linktest.VethPair(t, nsA, va, nsB, vb)
-	nsA.Exec(t, "ip", "link", "add", br, "type", "bridge")
+	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
 	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
-	nsA.Exec(t, "ip", "link", "set", va, "master", br)
-	nsA.Exec(t, "ip", "link", "set", br, "up")
 	nsB.Exec(t, "ip", "addr", "add", "192.0.2.20/24", "dev", vb)
 
 	rx := make(chan RxPacket, 16)
@@ -203,10 +200,60 @@ func TestRawModeInNetns(t *testing.T) {
 	}
 	mac1 := l1.Attrs().HardwareAddr
 
-	// R2's capture/injection socket (no filter).
+	capt, frames := rawCapture(t, r2, v2)
+	roce := scratchRoCEFrame(t, capt.HardwareAddr(), ip1, mac1)
+	inject := func() {
+		if _, err := capt.Write([][]byte{roce}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Control: without the stack the kernel answers port unreachable.
+	inject()
+	if u := drainUnreach(frames, time.Second); u == 0 {
+		t.Fatal("control failed: no ICMP port unreachable without the stack (capture broken?)")
+	}
+
+	st, rx, addrc := rawStack(t, r1, v1, mac1, ip1)
+	for range 3 {
+		inject()
+	}
+	for i := range 3 {
+		select {
+		case p := <-rx:
+			if p.Src != ip2 || p.Dst != ip1 || p.SrcPort != 0xc777 {
+				t.Fatalf("delivered %+v", p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("frame %d not delivered; counters %v", i, st.Counters().Map())
+		}
+	}
+	if u := drainUnreach(frames, 500*time.Millisecond); u != 0 {
+		t.Fatalf("kernel sent %d ICMP port unreachable with the stack running", u)
+	}
+
+	// The stack follows the interface's addresses.
+	r1.Exec(t, "ip", "addr", "add", "198.51.100.7/24", "dev", v1)
+	var addrs []netip.Addr
+	waitFor(t, "the new address", func() bool {
+		for {
+			select {
+			case a := <-addrc:
+				addrs = a
+			default:
+				return containsAddr(addrs, netip.MustParseAddr("198.51.100.7"))
+			}
+		}
+	})
+	rawSendResolves(t, r1, v1, st, capt.HardwareAddr(), frames, ip1, ip2)
+}
+
+// rawCapture opens R2's capture/injection socket on dev (no filter) and
+// copies what it reads to the channel (dropping when it is full).
+func rawCapture(t *testing.T, ns *linktest.NS, dev string) (*link.Raw, chan []byte) {
+	t.Helper()
 	var capt *link.Raw
-	if err := r2.Do(func() (err error) {
-		capt, err = link.OpenRaw(link.RawConfig{Interface: v2})
+	if err := ns.Do(func() (err error) {
+		capt, err = link.OpenRaw(link.RawConfig{Interface: dev})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -226,8 +273,14 @@ func TestRawModeInNetns(t *testing.T) {
 			}
 		}
 	}()
-	// A RoCE frame from R2 to R1, built by a scratch stack.
-	cl := newCaptureLink(capt.HardwareAddr())
+	return capt, frames
+}
+
+// scratchRoCEFrame is a RoCE frame from R2 (srcMAC) to R1 (ip1 at mac1),
+// built by a scratch stack.
+func scratchRoCEFrame(t *testing.T, srcMAC net.HardwareAddr, ip1 netip.Addr, mac1 net.HardwareAddr) []byte {
+	t.Helper()
+	cl := newCaptureLink(srcMAC)
 	b, err := New(Config{Link: cl, Addrs: []netip.Prefix{netip.MustParsePrefix("198.51.100.2/24")}, Clock: clock.NewManual(time.Unix(1_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
@@ -238,91 +291,61 @@ func TestRawModeInNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	roce := cl.frames[0]
-	inject := func() {
-		if _, err := capt.Write([][]byte{roce}, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return cl.frames[0]
+}
+
+// drainUnreach reads frames for d and counts the ICMP port unreachables.
+func drainUnreach(frames chan []byte, d time.Duration) (unreach int) {
 	isUnreach := func(f []byte) bool {
 		return len(f) >= 14+20+8 && binary.BigEndian.Uint16(f[12:]) == 0x0800 && f[23] == 1 &&
 			f[14+int(f[14]&0xf)*4] == 3 && f[14+int(f[14]&0xf)*4+1] == 3
 	}
-	drain := func(d time.Duration) (unreach int, got [][]byte) {
-		end := time.After(d)
-		for {
-			select {
-			case f := <-frames:
-				if isUnreach(f) {
-					unreach++
-				}
-				got = append(got, f)
-			case <-end:
-				return
+	end := time.After(d)
+	for {
+		select {
+		case f := <-frames:
+			if isUnreach(f) {
+				unreach++
 			}
+		case <-end:
+			return
 		}
 	}
-	// Control: without the stack the kernel answers port unreachable.
-	inject()
-	if u, _ := drain(time.Second); u == 0 {
-		t.Fatal("control failed: no ICMP port unreachable without the stack (capture broken?)")
-	}
+}
 
+// rawStack runs a raw-mode stack on R1's dev behind the RoCE filter and
+// checks the addresses it starts with (the MAC's link-local GID first).
+func rawStack(t *testing.T, ns *linktest.NS, dev string, mac1 net.HardwareAddr, ip1 netip.Addr) (*Stack, chan RxPacket, chan []netip.Addr) {
+	t.Helper()
 	var raw *link.Raw
-	if err := r1.Do(func() (err error) {
-		raw, err = link.OpenRaw(link.RawConfig{Interface: v1, Filter: link.RoCEFilter()})
+	if err := ns.Do(func() (err error) {
+		raw, err = link.OpenRaw(link.RawConfig{Interface: dev, Filter: link.RoCEFilter()})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
 	rx := make(chan RxPacket, 16)
-	var addrs []netip.Addr
 	addrc := make(chan []netip.Addr, 16)
-	st, err := New(Config{Link: raw, Mode: ModeRaw, NetNS: r1.Handle, Deliver: deliverTo(rx),
+	st, err := New(Config{Link: raw, Mode: ModeRaw, NetNS: ns.Handle, Deliver: deliverTo(rx),
 		OnAddrs: func(a []netip.Addr) { addrc <- a }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runStack(t, st)
-	addrs = <-addrc
+	addrs := <-addrc
 	if len(addrs) < 2 || addrs[0] != gid.LinkLocal(mac1) || !containsAddr(addrs, ip1) {
 		t.Fatalf("raw-mode addresses %v", addrs)
 	}
+	return st, rx, addrc
+}
 
-	for range 3 {
-		inject()
-	}
-	for i := range 3 {
-		select {
-		case p := <-rx:
-			if p.Src != ip2 || p.Dst != ip1 || p.SrcPort != 0xc777 {
-				t.Fatalf("delivered %+v", p)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("frame %d not delivered; counters %v", i, st.Counters().Map())
-		}
-	}
-	if u, _ := drain(500 * time.Millisecond); u != 0 {
-		t.Fatalf("kernel sent %d ICMP port unreachable with the stack running", u)
-	}
-
-	// The stack follows the interface's addresses.
-	r1.Exec(t, "ip", "addr", "add", "198.51.100.7/24", "dev", v1)
-	waitFor(t, "the new address", func() bool {
-		for {
-			select {
-			case a := <-addrc:
-				addrs = a
-			default:
-				return containsAddr(addrs, netip.MustParseAddr("198.51.100.7"))
-			}
-		}
-	})
-
-	// Send to R2 with no kernel neighbour entry: the stack asks the kernel,
-	// which ARPs; the queued packet then goes out.
-	r1.Exec(t, "ip", "neigh", "flush", "dev", v1)
+// rawSendResolves: a send to R2 with no kernel neighbour entry makes the
+// stack ask the kernel, which ARPs; the queued packet then goes out to
+// R2's MAC (captMAC) with a correct ICRC.
+func rawSendResolves(t *testing.T, ns *linktest.NS, dev string, st *Stack, captMAC net.HardwareAddr, frames chan []byte, ip1, ip2 netip.Addr) {
+	t.Helper()
+	ns.Exec(t, "ip", "neigh", "flush", "dev", dev)
 	buf := transport(100)
 	if n, err := st.Send([]TxPacket{{Buf: buf, Offset: Headroom, Dest: &Dest{Dst: ip2, SrcPort: 0xc999, HopLimit: 3}}}); n != 1 || err != nil {
 		t.Fatalf("Send = %d, %v", n, err)
@@ -338,7 +361,7 @@ func TestRawModeInNetns(t *testing.T) {
 			if err := wire.VerifyICRC(ip); err != nil {
 				t.Fatalf("ICRC on the wire: %v", err)
 			}
-			if net.HardwareAddr(f[0:6]).String() != capt.HardwareAddr().String() || netip.AddrFrom4([4]byte(ip[12:16])) != ip1 ||
+			if net.HardwareAddr(f[0:6]).String() != captMAC.String() || netip.AddrFrom4([4]byte(ip[12:16])) != ip1 ||
 				string(ip[28:]) != string(buf[Headroom:]) {
 				t.Fatalf("wrong frame on the wire % x", f)
 			}

@@ -78,7 +78,7 @@ func (t *Table) Connect(p ConnectParams, out *Output) (uint32, error) {
 	}
 	req.LocalCommID = c.ID
 	*c = Conn{
-		ID: c.ID, heapIdx: -1, Active: true, Peer: p.Dst.Addr().Unmap(), ServiceID: p.ServiceID,
+		ID: c.ID, Active: true, Peer: p.Dst.Addr().Unmap(), ServiceID: p.ServiceID,
 		TID: t.formTID(c.ID), QPType: p.QPType, QPN: req.LocalQPN, PSN: req.StartingPSN, Path: path,
 		PathMTU: p.PathMTU, RespRes: p.RespRes, InitDepth: p.InitDepth, RetryCount: req.RetryCount,
 		RNRRetry: req.RNRRetryCount, Timeout: path.LocalACKTimeout, SRQ: p.SRQ,

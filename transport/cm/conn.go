@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
 )
 
@@ -84,8 +85,7 @@ type Conn struct {
 	last            [mad.Size]byte
 	hasLast         bool
 
-	deadline time.Time
-	heapIdx  int
+	timer clock.Slot // the deadline of expire, in Table.timers
 }
 
 // qpTransitions are the QP modifications rdma_cm makes before it sends a

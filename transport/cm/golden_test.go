@@ -25,6 +25,38 @@ func TestGoldenPassiveAnswersAsKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := only(t, &out, EventConnectRequest)
+	goldenPassiveRequest(t, ev, req, caps)
+
+	out.Reset()
+	if err := tb.Accept(ev.ID, AcceptParams{QPN: rep.LocalQPN, PSN: rep.StartingPSN, RespRes: 1, InitDepth: 1, RNRRetry: 7}, &out); err != nil {
+		t.Fatal(err)
+	}
+	goldenPassiveAccept(t, &out, req, rep, caps)
+
+	out.Reset()
+	_ = tb.Receive(caps[2].from, caps[2].b, &out)
+	only(t, &out, EventEstablished)
+	out.Reset()
+	_ = tb.Receive(caps[3].from, caps[3].b, &out)
+	only(t, &out, EventDisconnected)
+	if len(out.Modify) != 1 || out.Modify[0].State != QPStateErr || len(out.Sends) != 0 {
+		t.Errorf("on DREQ: modify %+v, %d sends before the consumer disconnects", out.Modify, len(out.Sends))
+	}
+	out.Reset()
+	if err := tb.Disconnect(ev.ID, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Sends) != 1 || !bytes.Equal(out.Sends[0].MAD[:], caps[4].b) {
+		t.Fatalf("DREP differs from the kernel's\n got %x\nwant %x", out.Sends[0].MAD, caps[4].b)
+	}
+	waitTimewaitExit(t, tb, clock, ev.ID)
+}
+
+// goldenPassiveRequest checks the connect request the table makes of the
+// kernel's REQ: addresses from the cma_hdr, the peer's QPN and PSN, the
+// path seen from the passive side, no private data.
+func goldenPassiveRequest(t *testing.T, ev Event, req *mad.REQ, caps []capturedMAD) {
+	t.Helper()
 	r := ev.Request
 	wantSrc := netip.AddrPortFrom(caps[0].from, 58775) // rping's cma_hdr source port, 0xe597
 	if r.Src != wantSrc || r.Dst != netip.AddrPortFrom(caps[1].from, 7174) || r.Peer != caps[0].from ||
@@ -37,11 +69,12 @@ func TestGoldenPassiveAnswersAsKernel(t *testing.T) {
 	if ev.PrivateData != nil {
 		t.Errorf("rping sends no private data after the cma_hdr; got %x", ev.PrivateData)
 	}
+}
 
-	out.Reset()
-	if err := tb.Accept(ev.ID, AcceptParams{QPN: rep.LocalQPN, PSN: rep.StartingPSN, RespRes: 1, InitDepth: 1, RNRRetry: 7}, &out); err != nil {
-		t.Fatal(err)
-	}
+// goldenPassiveAccept checks what Accept puts out: the kernel's REP to the
+// byte, and rdma_cm's INIT, RTR, RTS with the attributes the capture shows.
+func goldenPassiveAccept(t *testing.T, out *Output, req *mad.REQ, rep *mad.REP, caps []capturedMAD) {
+	t.Helper()
 	if len(out.Sends) != 1 || !bytes.Equal(out.Sends[0].MAD[:], caps[1].b) || out.Sends[0].To != caps[0].from {
 		t.Fatalf("REP differs from the kernel's\n got %x\nwant %x", out.Sends[0].MAD, caps[1].b)
 	}
@@ -65,24 +98,6 @@ func TestGoldenPassiveAnswersAsKernel(t *testing.T) {
 		a.Timeout != req.Primary.LocalACKTimeout {
 		t.Errorf("QP attributes %+v", a)
 	}
-
-	out.Reset()
-	_ = tb.Receive(caps[2].from, caps[2].b, &out)
-	only(t, &out, EventEstablished)
-	out.Reset()
-	_ = tb.Receive(caps[3].from, caps[3].b, &out)
-	only(t, &out, EventDisconnected)
-	if len(out.Modify) != 1 || out.Modify[0].State != QPStateErr || len(out.Sends) != 0 {
-		t.Errorf("on DREQ: modify %+v, %d sends before the consumer disconnects", out.Modify, len(out.Sends))
-	}
-	out.Reset()
-	if err := tb.Disconnect(ev.ID, nil, &out); err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Sends) != 1 || !bytes.Equal(out.Sends[0].MAD[:], caps[4].b) {
-		t.Fatalf("DREP differs from the kernel's\n got %x\nwant %x", out.Sends[0].MAD, caps[4].b)
-	}
-	waitTimewaitExit(t, tb, clock, ev.ID)
 }
 
 // The active side: the Table's REQ for rping's parameters is the kernel's

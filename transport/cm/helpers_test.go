@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/vrnic/vrnicd/transport/transporttest"
@@ -139,8 +140,10 @@ func checkInvariants(t *Table) error {
 		if !c.Active && c.State.halfOpen() {
 			half++
 		}
-		if c.heapIdx >= 0 && (c.heapIdx >= len(t.timers) || t.timers[c.heapIdx] != c) {
-			return fmt.Errorf("conn %#x: heap index %d wrong", id, c.heapIdx)
+		if c.timer.Queued() {
+			if i := slices.Index(timerOrder(t), c); i < 0 {
+				return fmt.Errorf("conn %#x: queued for %v but not in the timer heap", id, c.timer.At())
+			}
 		}
 	}
 	if half != t.halfOpen {
@@ -149,11 +152,12 @@ func checkInvariants(t *Table) error {
 	if len(t.conns) > t.cfg.MaxConns || t.halfOpen > t.cfg.MaxHalfOpen {
 		return fmt.Errorf("%d connections, %d half-open, past the limits", len(t.conns), t.halfOpen)
 	}
-	for i, c := range t.timers {
-		if c.heapIdx != i || t.conns[c.ID] != c {
-			return fmt.Errorf("timer %d: conn %#x not in the table or index %d", i, c.ID, c.heapIdx)
+	order := timerOrder(t)
+	for i, c := range order {
+		if !c.timer.Queued() || t.conns[c.ID] != c {
+			return fmt.Errorf("timer %d: conn %#x not in the table or not queued", i, c.ID)
 		}
-		if i > 0 && c.deadline.Before(t.timers[(i-1)/2].deadline) {
+		if i > 0 && c.timer.At().Before(order[(i-1)/2].timer.At()) {
 			return fmt.Errorf("timer heap out of order at %d", i)
 		}
 	}
@@ -244,4 +248,13 @@ func rpingDataPSN(t *testing.T, from netip.Addr) uint32 {
 	}
 	t.Fatalf("no RC request from %v in the capture", from)
 	return 0
+}
+
+// timerOrder is the table's timer heap in heap order.
+func timerOrder(t *Table) []*Conn {
+	out := make([]*Conn, t.timers.Len())
+	for i := range out {
+		out[i] = t.timers.Item(i)
+	}
+	return out
 }

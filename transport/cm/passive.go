@@ -83,7 +83,7 @@ func (t *Table) onREQ(m *mad.REQ, from netip.Addr, tid uint64, now time.Time, ou
 // acceptREQ files a new passive connection for REQ m in REQ_RCVD.
 func (t *Table) acceptREQ(c *Conn, m *mad.REQ, from netip.Addr, tid uint64, lis uint64) {
 	*c = Conn{
-		ID: c.ID, heapIdx: -1, Peer: from, ServiceID: m.ServiceID, Listener: lis, TID: tid,
+		ID: c.ID, Peer: from, ServiceID: m.ServiceID, Listener: lis, TID: tid,
 		RemoteID: m.LocalCommID, RemoteGUID: m.LocalCAGUID, QPType: m.TransportServiceType,
 		RemoteQPN: m.LocalQPN, RemotePSN: m.StartingPSN, Path: reversePath(m.Primary), PathMTU: m.PathMTU,
 		// Our reads and atomics are bounded by what the REQ offers
@@ -218,7 +218,7 @@ func (t *Table) SendMRA(id uint32, serviceTimeout uint8, priv []byte, out *Outpu
 	}
 	t.sendConn(out, c, c.TID, mra, true)
 	t.setState(c, StateMRAREQSent)
-	t.arm(c, c.deadline.Add(kernelMs(mra.ServiceTimeout)))
+	t.arm(c, c.timer.At().Add(kernelMs(mra.ServiceTimeout)))
 	return nil
 }
 

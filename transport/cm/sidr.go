@@ -40,7 +40,7 @@ func (t *Table) ResolveSIDR(p SIDRParams, out *Output) (uint32, error) {
 	if timeout <= 0 {
 		timeout = kernelMs(t.cfg.CMResponseTimeout) // cma.c: 1 << (CMA_CM_RESPONSE_TIMEOUT - 8) ms
 	}
-	*c = Conn{ID: c.ID, heapIdx: -1, Active: true, Peer: p.Dst.Addr().Unmap(), ServiceID: p.ServiceID,
+	*c = Conn{ID: c.ID, Active: true, Peer: p.Dst.Addr().Unmap(), ServiceID: p.ServiceID,
 		TID: t.formTID(c.ID), responseTimeout: timeout, maxRetries: t.cfg.MaxCMRetries}
 	t.sendConn(out, c, c.TID, req, true)
 	t.setState(c, StateSIDRREQSent)
@@ -98,7 +98,7 @@ func (t *Table) onSIDRREQ(m *mad.SIDRREQ, from netip.Addr, tid uint64, now time.
 		answer(mad.SIDRRejected)
 		return
 	}
-	*c = Conn{ID: c.ID, heapIdx: -1, Peer: from, ServiceID: m.ServiceID, Listener: lis, TID: tid, RemoteID: m.RequestID}
+	*c = Conn{ID: c.ID, Peer: from, ServiceID: m.ServiceID, Listener: lis, TID: tid, RemoteID: m.RequestID}
 	t.setState(c, StateSIDRREQRcvd)
 	t.bySIDR[sidrKey{m.RequestID, from}] = c.ID
 	t.arm(c, now.Add(kernelMs(t.cfg.CMResponseTimeout)*time.Duration(int(t.cfg.MaxCMRetries)+1)))

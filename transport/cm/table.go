@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
 )
 
@@ -132,16 +133,16 @@ type Table struct {
 	bySIDR   map[sidrKey]uint32
 	listens  []listener
 	nextLis  uint64
-	timers   timerHeap
+	timers   clock.Heap[*Conn]
 	halfOpen int
 	counters Counters
 }
 
 // NewTable makes an empty Table.
-func NewTable(cfg Config, clock Clock) *Table {
+func NewTable(cfg Config, clk Clock) *Table {
 	cfg.setDefaults()
-	return &Table{cfg: cfg, clock: clock, conns: map[uint32]*Conn{}, byRemote: map[remoteKey]uint32{},
-		byQPN: map[qpnKey]uint32{}, bySIDR: map[sidrKey]uint32{}}
+	return &Table{cfg: cfg, clock: clk, conns: map[uint32]*Conn{}, byRemote: map[remoteKey]uint32{},
+		byQPN: map[qpnKey]uint32{}, bySIDR: map[sidrKey]uint32{}, timers: clock.NewHeap(connSlot)}
 }
 
 // Config is the Table's configuration with defaults filled in.
@@ -207,7 +208,7 @@ func (t *Table) newConn() (*Conn, error) {
 	for range 16 {
 		id := t.cfg.NewID()
 		if _, used := t.conns[id]; id != 0 && !used {
-			c := &Conn{ID: id, heapIdx: -1}
+			c := &Conn{ID: id}
 			t.conns[id] = c
 			return c, nil
 		}

@@ -1,7 +1,6 @@
 package cm
 
 import (
-	"container/heap"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport/clock"
@@ -60,63 +59,32 @@ func ackTimeout(caAckDelay, plt uint8) uint8 {
 // CA with ACK delay caAckDelay (cm.c cm_ack_timeout).
 func AckTimeout(caAckDelay, plt uint8) uint8 { return ackTimeout(caAckDelay, plt) }
 
-// timerHeap orders the connections that wait for a deadline, soonest first,
-// so NextWake and OnTimer cost O(log n) however many connections there are.
-type timerHeap []*Conn
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *timerHeap) Push(x any) {
-	c := x.(*Conn)
-	c.heapIdx = len(*h)
-	*h = append(*h, c)
-}
-func (h *timerHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	c.heapIdx = -1
-	return c
-}
-
-// arm sets c's deadline, replacing any earlier one.
-func (t *Table) arm(c *Conn, at time.Time) {
-	c.deadline = at
-	if c.heapIdx >= 0 {
-		heap.Fix(&t.timers, c.heapIdx)
-		return
-	}
-	heap.Push(&t.timers, c)
-}
+// arm sets c's deadline, replacing any earlier one. Table.timers orders
+// the waiting connections, soonest first, so NextWake and OnTimer cost
+// O(log n) however many connections there are.
+func (t *Table) arm(c *Conn, at time.Time) { t.timers.Set(c, at) }
 
 // disarm cancels c's deadline.
-func (t *Table) disarm(c *Conn) {
-	if c.heapIdx >= 0 {
-		heap.Remove(&t.timers, c.heapIdx)
-	}
-	c.deadline = time.Time{}
-}
+func (t *Table) disarm(c *Conn) { t.timers.Remove(c) }
+
+// connSlot is where a Conn keeps its place in Table.timers.
+func connSlot(c *Conn) *clock.Slot { return &c.timer }
 
 // NextWake is when OnTimer next has work, and false when no connection
 // waits for time.
 func (t *Table) NextWake() (time.Time, bool) {
-	if len(t.timers) == 0 {
-		return time.Time{}, false
-	}
-	return t.timers[0].deadline, true
+	_, at, ok := t.timers.Peek()
+	return at, ok
 }
 
 // OnTimer runs every deadline at or before now: retransmissions, retries
 // exhausted, half-open requests the consumer never answered, timewait exits.
 func (t *Table) OnTimer(now time.Time, out *Output) {
-	for len(t.timers) > 0 && !t.timers[0].deadline.After(now) {
-		c := heap.Pop(&t.timers).(*Conn)
-		c.deadline = time.Time{}
+	for {
+		c, ok := t.timers.PopDue(now)
+		if !ok {
+			return
+		}
 		t.expire(c, now, out)
 	}
 }

@@ -406,30 +406,52 @@ func (mt *mtest) opReregMR() {
 		IOVA: mt.pick(0, 0x1000, math.MaxUint64-7), Access: mt.access(mrAccessMask)}
 	if o := mt.some(func(o *mObj) bool { return o.kind == ObjUserMR }); o != nil && mt.valid() {
 		pd, key, flags = o.pd, o.key, ReregFlags(1+mt.r.IntN(7))
-		nw.Access = mt.goodAccess()
-		nw.Length = 1 + mt.r.Uint64N(mBackSize)
-		nw.Offset = mt.r.Uint64N(mBackSize - nw.Length + 1)
-		if nw.Access&ZeroBased != 0 {
-			nw.IOVA = 0
-		}
-		if flags&ReregTranslation == 0 && o.iova != 0 {
-			nw.Access &^= ZeroBased
-		}
-		if flags&ReregTranslation != 0 && flags&ReregAccess == 0 && o.access&ZeroBased != 0 {
-			nw.IOVA = 0
-		}
+		mt.validRereg(o, flags, &nw)
 	}
 	err := mt.tab.ReregMR(pd, key, flags, nw)
 	mt.logf("ReregMR(pd %d, %#x, flags %d, %+v) -> %v", pd, key, flags, nw, err)
 	o := mt.m.live(key)
+	want, na := mt.reregVerdict(o, pd, key, flags, nw)
+	mt.checkVerb("ReregMR", err, want)
+	if err == nil {
+		o.gen++
+		o.access = na
+		if flags&ReregPD != 0 {
+			mt.m.pdObjs[o.pd]--
+			o.pd = nw.PD
+			mt.m.pdObjs[o.pd]++
+		}
+		if flags&ReregTranslation != 0 {
+			o.b, o.off, o.iova, o.length = nw.Backing.(*SliceBacking), nw.Offset, nw.IOVA, nw.Length
+		}
+	}
+}
+
+// validRereg makes nw a re-registration of user MR o that should succeed
+// with flags.
+func (mt *mtest) validRereg(o *mObj, flags ReregFlags, nw *Rereg) {
+	nw.Access = mt.goodAccess()
+	nw.Length = 1 + mt.r.Uint64N(mBackSize)
+	nw.Offset = mt.r.Uint64N(mBackSize - nw.Length + 1)
+	if nw.Access&ZeroBased != 0 {
+		nw.IOVA = 0
+	}
+	if flags&ReregTranslation == 0 && o.iova != 0 {
+		nw.Access &^= ZeroBased
+	}
+	if flags&ReregTranslation != 0 && flags&ReregAccess == 0 && o.access&ZeroBased != 0 {
+		nw.IOVA = 0
+	}
+}
+
+// reregVerdict is the model's errno for a ReregMR of o (live under key, or
+// nil) and the MR's access after it.
+func (mt *mtest) reregVerdict(o *mObj, pd PD, key uint32, flags ReregFlags, nw Rereg) (syscall.Errno, Access) {
 	want := syscall.Errno(0)
 	na := Access(0)
-	if o != nil {
-		na = o.access
-	}
 	niova, nlen := uint64(0), uint64(0)
 	if o != nil {
-		niova, nlen = o.iova, o.length
+		na, niova, nlen = o.access, o.iova, o.length
 	}
 	if flags&ReregTranslation != 0 {
 		niova, nlen = nw.IOVA, nw.Length
@@ -454,19 +476,7 @@ func (mt *mtest) opReregMR() {
 			want = syscall.EINVAL
 		}
 	}
-	mt.checkVerb("ReregMR", err, want)
-	if err == nil {
-		o.gen++
-		o.access = na
-		if flags&ReregPD != 0 {
-			mt.m.pdObjs[o.pd]--
-			o.pd = nw.PD
-			mt.m.pdObjs[o.pd]++
-		}
-		if flags&ReregTranslation != 0 {
-			o.b, o.off, o.iova, o.length = nw.Backing.(*SliceBacking), nw.Offset, nw.IOVA, nw.Length
-		}
-	}
+	return want, na
 }
 
 func (mt *mtest) opAllocMR() {
@@ -487,71 +497,101 @@ func (mt *mtest) opAllocMR() {
 	}
 }
 
-func (mt *mtest) opFastReg() {
-	pd := mt.pd()
-	key := mt.objKey(0)
-	if mt.r.IntN(2) == 0 {
-		key = NextKey(key)
-	}
-	ps := mt.pick(8, 64, 256, 512, 1000)
-	pages := make([]Page, mt.r.IntN(mMaxPages+2))
-	for i := range pages {
-		pages[i] = Page{mt.backing(), mt.pick(0, ps, 2*ps, mBackSize-ps, mBackSize-ps+1, 3*ps)}
-		if mt.r.IntN(30) == 0 {
-			pages[i].Backing = nil
-		}
-	}
-	iova := mt.pick(0, 0x2000, 0x2000+13, 0x2000+ps-8, math.MaxUint64-ps+1)
-	span := uint64(len(pages))*ps - iova%ps
-	length := mt.pick(0, 1, 8, ps, span, span+1)
-	a := mt.access(mrAccessMask)
-	if o := mt.some(func(o *mObj) bool { return o.kind == ObjFastMR && o.state == StateFree }); o != nil && mt.valid() {
-		pd, key = o.pd, WithKeyByte(o.key, uint8(mt.r.Uint32()))
-		ps = pow2s()[mt.r.IntN(4)]
-		pages = make([]Page, 1+mt.r.IntN(o.maxPages))
-		for i := range pages {
-			pages[i] = Page{mt.backing(), uint64(mt.r.IntN(int(mBackSize/ps))) * ps}
-			if i > 0 && mt.r.IntN(2) == 0 {
-				pages[i].Backing = pages[i-1].Backing
-			}
-		}
-		iova = mt.pick(0, 0x2000, 0x2000+ps/2, 0x2000+ps-8, math.MaxUint64-uint64(len(pages))*ps+1)
-		span = uint64(len(pages))*ps - iova%ps
-		length = 1 + mt.r.Uint64N(span)
-		a = mt.goodAccess()
-		if mt.mutate() {
-			switch mt.r.IntN(6) {
-			case 0:
-				pd++
-			case 1:
-				key ^= 1 << (8 + mt.r.IntN(24))
-			case 2:
-				length = span + 1
-			case 3:
-				pages[mt.r.IntN(len(pages))].Offset += 1 + mt.r.Uint64N(ps)*uint64(mt.r.IntN(2))
-			case 4:
-				a = RemoteWrite
-			case 5:
-				ps++
-			}
-		}
-	}
-	err := mt.tab.FastReg(pd, key, pages, uint32(ps), iova, length, a)
-	mt.logf("FastReg(pd %d, %#x, %d pages %v, ps %d, iova %#x, len %d, %v) -> %v", pd, key, len(pages), pages, ps, iova, length, a, err)
+// fastRegOp is one REG_MR WR's arguments; span is the bytes its pages
+// cover from iova.
+type fastRegOp struct {
+	pd                 PD
+	key                uint32
+	ps                 uint64
+	pages              []Page
+	iova, length, span uint64
+	a                  Access
+}
 
-	ok := mt.m.errAccess(a) == 0 && ps&(ps-1) == 0 && len(pages) >= 1 && len(pages) <= mMaxPages &&
-		translationOK(length, iova, a) && length <= span
-	for _, p := range pages {
-		ok = ok && p.Backing != nil && p.Offset+ps <= mBackSize
-	}
-	o := mt.m.live(key)
-	ok = ok && IsMRKey(key) && o != nil && o.kind == ObjFastMR && o.pd == pd && o.state == StateFree && len(pages) <= o.maxPages
+func (mt *mtest) opFastReg() {
+	f := mt.fastRegArgs()
+	err := mt.tab.FastReg(f.pd, f.key, f.pages, uint32(f.ps), f.iova, f.length, f.a)
+	mt.logf("FastReg(pd %d, %#x, %d pages %v, ps %d, iova %#x, len %d, %v) -> %v", f.pd, f.key, len(f.pages), f.pages, f.ps, f.iova, f.length, f.a, err)
+	ok, o := mt.fastRegVerdict(f)
 	mt.checkWR("FastReg", err, ok, ClassLocalQPOperation)
 	if err == nil {
 		o.gen++
-		o.key, o.state, o.access, o.iova, o.length, o.ps = key, StateValid, cleanAccess(a), iova, length, ps
-		o.pages = slices.Clone(pages)
+		o.key, o.state, o.access, o.iova, o.length, o.ps = f.key, StateValid, cleanAccess(f.a), f.iova, f.length, f.ps
+		o.pages = slices.Clone(f.pages)
 	}
+}
+
+// fastRegArgs draws a REG_MR's arguments: random ones, or (when a FREE
+// fast-reg MR exists) a valid registration of it, perhaps mutated.
+func (mt *mtest) fastRegArgs() fastRegOp {
+	f := fastRegOp{pd: mt.pd(), key: mt.objKey(0)}
+	if mt.r.IntN(2) == 0 {
+		f.key = NextKey(f.key)
+	}
+	f.ps = mt.pick(8, 64, 256, 512, 1000)
+	f.pages = make([]Page, mt.r.IntN(mMaxPages+2))
+	for i := range f.pages {
+		f.pages[i] = Page{mt.backing(), mt.pick(0, f.ps, 2*f.ps, mBackSize-f.ps, mBackSize-f.ps+1, 3*f.ps)}
+		if mt.r.IntN(30) == 0 {
+			f.pages[i].Backing = nil
+		}
+	}
+	f.iova = mt.pick(0, 0x2000, 0x2000+13, 0x2000+f.ps-8, math.MaxUint64-f.ps+1)
+	f.span = uint64(len(f.pages))*f.ps - f.iova%f.ps
+	f.length = mt.pick(0, 1, 8, f.ps, f.span, f.span+1)
+	f.a = mt.access(mrAccessMask)
+	if o := mt.some(func(o *mObj) bool { return o.kind == ObjFastMR && o.state == StateFree }); o != nil && mt.valid() {
+		mt.validFastReg(&f, o)
+	}
+	return f
+}
+
+// validFastReg makes f a registration of FREE fast-reg MR o that should
+// succeed, then perhaps mutates one argument.
+func (mt *mtest) validFastReg(f *fastRegOp, o *mObj) {
+	f.pd, f.key = o.pd, WithKeyByte(o.key, uint8(mt.r.Uint32()))
+	ps := pow2s()[mt.r.IntN(4)]
+	f.pages = make([]Page, 1+mt.r.IntN(o.maxPages))
+	for i := range f.pages {
+		f.pages[i] = Page{mt.backing(), uint64(mt.r.IntN(int(mBackSize/ps))) * ps}
+		if i > 0 && mt.r.IntN(2) == 0 {
+			f.pages[i].Backing = f.pages[i-1].Backing
+		}
+	}
+	f.iova = mt.pick(0, 0x2000, 0x2000+ps/2, 0x2000+ps-8, math.MaxUint64-uint64(len(f.pages))*ps+1)
+	f.span = uint64(len(f.pages))*ps - f.iova%ps
+	f.length = 1 + mt.r.Uint64N(f.span)
+	f.a = mt.goodAccess()
+	if mt.mutate() {
+		switch mt.r.IntN(6) {
+		case 0:
+			f.pd++
+		case 1:
+			f.key ^= 1 << (8 + mt.r.IntN(24))
+		case 2:
+			f.length = f.span + 1
+		case 3:
+			f.pages[mt.r.IntN(len(f.pages))].Offset += 1 + mt.r.Uint64N(ps)*uint64(mt.r.IntN(2))
+		case 4:
+			f.a = RemoteWrite
+		case 5:
+			ps++
+		}
+	}
+	f.ps = ps
+}
+
+// fastRegVerdict is the model's verdict on f and the MR it names.
+func (mt *mtest) fastRegVerdict(f fastRegOp) (bool, *mObj) {
+	ps := f.ps
+	ok := mt.m.errAccess(f.a) == 0 && ps&(ps-1) == 0 && len(f.pages) >= 1 && len(f.pages) <= mMaxPages &&
+		translationOK(f.length, f.iova, f.a) && f.length <= f.span
+	for _, p := range f.pages {
+		ok = ok && p.Backing != nil && p.Offset+ps <= mBackSize
+	}
+	o := mt.m.live(f.key)
+	ok = ok && IsMRKey(f.key) && o != nil && o.kind == ObjFastMR && o.pd == f.pd && o.state == StateFree && len(f.pages) <= o.maxPages
+	return ok, o
 }
 
 func (mt *mtest) opInvalidate(remote bool) {
@@ -644,94 +684,122 @@ func (mt *mtest) opDeallocMW() {
 	}
 }
 
+// bindOp is one BindMW or BIND_MW WR's arguments.
+type bindOp struct {
+	pd              PD
+	qpn, key, mrKey uint32
+	addr, length    uint64
+	a               Access
+}
+
 func (mt *mtest) opBind(wr bool) {
-	pd, qpn := mt.pd(), uint32(1+mt.r.IntN(3))
-	key := mt.objKey(1)
-	if mt.r.IntN(2) == 0 {
-		key = NextKey(key)
-	}
-	mrKey := mt.objKey(0)
-	var base, mlen uint64 = 0x1000, 96
-	if mo := mt.m.live(mrKey); mo != nil {
-		base, mlen = mo.iova, mo.length
-	}
-	addr := base + mt.pick(0, 8, 16, mlen-8, mlen, math.MaxUint64)
-	length := mt.pick(0, 8, 64, mlen, mlen-8, math.MaxUint64)
-	a := mt.access(mwAccessMask) &^ LocalWrite
-	if mt.r.IntN(8) == 0 {
-		a |= LocalWrite
-	}
-	if o := mt.some(func(o *mObj) bool { return o.kind == ObjMW1 || o.kind == ObjMW2B && o.state == StateFree && wr }); o != nil && mt.valid() {
-		if mo := mt.some(func(m *mObj) bool {
-			return m.pd == o.pd && m.state == StateValid && m.access&MWBind != 0 && m.access&ZeroBased == 0 && (m.kind == ObjUserMR || m.kind == ObjFastMR)
-		}); mo != nil {
-			pd, key, mrKey = o.pd, NextKey(o.key), mo.key
-			addr = mo.iova + mt.r.Uint64N(mo.length)
-			length = 1 + mt.r.Uint64N(mo.length-(addr-mo.iova))
-			a = mt.access(RemoteRead|RemoteWrite|RemoteAtomic) & (RemoteRead | RemoteWrite | RemoteAtomic)
-			if mo.access&LocalWrite == 0 {
-				a &^= RemoteWrite | RemoteAtomic
-			}
-			if o.kind == ObjMW2B && mt.r.IntN(2) == 0 {
-				a |= ZeroBased
-			}
-			if o.kind == ObjMW1 && mt.r.IntN(8) == 0 {
-				length = 0
-			}
-			if mt.mutate() {
-				switch mt.r.IntN(5) {
-				case 0:
-					addr--
-				case 1:
-					length = mo.length + 1
-				case 2:
-					mrKey = NextKey(mrKey)
-				case 3:
-					a |= LocalWrite
-				case 4:
-					pd++
-				}
-			}
-		}
-	}
+	b := mt.bindArgs(wr)
 	var err error
 	if wr {
-		err = mt.tab.BindMWWR(pd, qpn, key, mrKey, addr, length, a)
+		err = mt.tab.BindMWWR(b.pd, b.qpn, b.key, b.mrKey, b.addr, b.length, b.a)
 	} else {
-		err = mt.tab.BindMW(pd, key, mrKey, addr, length, a)
+		err = mt.tab.BindMW(b.pd, b.key, b.mrKey, b.addr, b.length, b.a)
 	}
-	mt.logf("Bind(wr %v, pd %d, qp %d, %#x, mr %#x, addr %#x, len %d, %v) -> %v", wr, pd, qpn, key, mrKey, addr, length, a, err)
+	mt.logf("Bind(wr %v, pd %d, qp %d, %#x, mr %#x, addr %#x, len %d, %v) -> %v", wr, b.pd, b.qpn, b.key, b.mrKey, b.addr, b.length, b.a, err)
 
-	ca := a &^ OptionalAccess
-	o := mt.m.live(key)
-	ok := ca&^(RemoteRead|RemoteWrite|RemoteAtomic|ZeroBased|FlushGlobal|FlushPersistent) == 0 &&
-		IsMWKey(key) && o != nil && o.pd == pd
-	if ok && o.kind == ObjMW1 {
-		ok = ca&ZeroBased == 0
-	} else if ok {
-		ok = wr && o.state == StateFree && length > 0
-	}
-	var mo *mObj
-	if ok && length > 0 {
-		mo = mt.m.live(mrKey)
-		ok = IsMRKey(mrKey) && mo != nil && mo.key == mrKey && mo.state == StateValid && mo.pd == pd &&
-			mo.access&ZeroBased == 0 && mo.access&MWBind != 0 &&
-			(ca&(RemoteWrite|RemoteAtomic) == 0 || mo.access&LocalWrite != 0) &&
-			ca&(FlushGlobal|FlushPersistent)&^mo.access == 0 &&
-			addr >= mo.iova && length <= mo.length && addr-mo.iova <= mo.length-length
-	}
+	ca := b.a &^ OptionalAccess
+	o := mt.m.live(b.key)
+	ok, mo := mt.bindVerdict(b, wr, ca, o)
 	mt.checkWR("Bind", err, ok, ClassMWBind)
 	if err == nil {
 		mt.unbind(o)
 		o.gen++
-		o.key, o.state, o.access, o.iova, o.length, o.qpn = key, StateValid, ca, addr, length, qpn
-		if length > 0 {
-			o.mr = KeyIndex(mrKey)
+		o.key, o.state, o.access, o.iova, o.length, o.qpn = b.key, StateValid, ca, b.addr, b.length, b.qpn
+		if b.length > 0 {
+			o.mr = KeyIndex(b.mrKey)
 			mo.numMW++
 		} else {
 			o.access, o.iova = 0, 0
 		}
 	}
+}
+
+// bindArgs draws a bind's arguments: random ones, or (when a window and an
+// MR that allow it exist) a valid bind, perhaps mutated.
+func (mt *mtest) bindArgs(wr bool) bindOp {
+	b := bindOp{pd: mt.pd(), qpn: uint32(1 + mt.r.IntN(3)), key: mt.objKey(1)}
+	if mt.r.IntN(2) == 0 {
+		b.key = NextKey(b.key)
+	}
+	b.mrKey = mt.objKey(0)
+	var base, mlen uint64 = 0x1000, 96
+	if mo := mt.m.live(b.mrKey); mo != nil {
+		base, mlen = mo.iova, mo.length
+	}
+	b.addr = base + mt.pick(0, 8, 16, mlen-8, mlen, math.MaxUint64)
+	b.length = mt.pick(0, 8, 64, mlen, mlen-8, math.MaxUint64)
+	b.a = mt.access(mwAccessMask) &^ LocalWrite
+	if mt.r.IntN(8) == 0 {
+		b.a |= LocalWrite
+	}
+	if o := mt.some(func(o *mObj) bool { return o.kind == ObjMW1 || o.kind == ObjMW2B && o.state == StateFree && wr }); o != nil && mt.valid() {
+		if mo := mt.some(func(m *mObj) bool {
+			return m.pd == o.pd && m.state == StateValid && m.access&MWBind != 0 && m.access&ZeroBased == 0 && (m.kind == ObjUserMR || m.kind == ObjFastMR)
+		}); mo != nil {
+			mt.validBind(&b, o, mo)
+		}
+	}
+	return b
+}
+
+// validBind makes b a bind of window o to MR mo that should succeed, then
+// perhaps mutates one argument.
+func (mt *mtest) validBind(b *bindOp, o, mo *mObj) {
+	b.pd, b.key, b.mrKey = o.pd, NextKey(o.key), mo.key
+	b.addr = mo.iova + mt.r.Uint64N(mo.length)
+	b.length = 1 + mt.r.Uint64N(mo.length-(b.addr-mo.iova))
+	b.a = mt.access(RemoteRead|RemoteWrite|RemoteAtomic) & (RemoteRead | RemoteWrite | RemoteAtomic)
+	if mo.access&LocalWrite == 0 {
+		b.a &^= RemoteWrite | RemoteAtomic
+	}
+	if o.kind == ObjMW2B && mt.r.IntN(2) == 0 {
+		b.a |= ZeroBased
+	}
+	if o.kind == ObjMW1 && mt.r.IntN(8) == 0 {
+		b.length = 0
+	}
+	if mt.mutate() {
+		switch mt.r.IntN(5) {
+		case 0:
+			b.addr--
+		case 1:
+			b.length = mo.length + 1
+		case 2:
+			b.mrKey = NextKey(b.mrKey)
+		case 3:
+			b.a |= LocalWrite
+		case 4:
+			b.pd++
+		}
+	}
+}
+
+// bindVerdict is the model's verdict on b (ca its access without the
+// optional bits, o the live window it names) and, for a bind of length,
+// the MR it lies in.
+func (mt *mtest) bindVerdict(b bindOp, wr bool, ca Access, o *mObj) (bool, *mObj) {
+	ok := ca&^(RemoteRead|RemoteWrite|RemoteAtomic|ZeroBased|FlushGlobal|FlushPersistent) == 0 &&
+		IsMWKey(b.key) && o != nil && o.pd == b.pd
+	if ok && o.kind == ObjMW1 {
+		ok = ca&ZeroBased == 0
+	} else if ok {
+		ok = wr && o.state == StateFree && b.length > 0
+	}
+	if !ok || b.length == 0 {
+		return ok, nil
+	}
+	mo := mt.m.live(b.mrKey)
+	ok = IsMRKey(b.mrKey) && mo != nil && mo.key == b.mrKey && mo.state == StateValid && mo.pd == b.pd &&
+		mo.access&ZeroBased == 0 && mo.access&MWBind != 0 &&
+		(ca&(RemoteWrite|RemoteAtomic) == 0 || mo.access&LocalWrite != 0) &&
+		ca&(FlushGlobal|FlushPersistent)&^mo.access == 0 &&
+		b.addr >= mo.iova && b.length <= mo.length && b.addr-mo.iova <= mo.length-b.length
+	return ok, mo
 }
 
 func (mt *mtest) opDetachQP() {

@@ -72,6 +72,7 @@ func (t *Table) RegMR(pd PD, b Backing, offset, length, iova uint64, access Acce
 // checked) and returns it with its snapshot, loaded under the lock so that
 // no REG_MR or LOCAL_INV can replace it meanwhile. With KindNoObject (no
 // live MR there) nothing is left locked.
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) lockMR(key uint32) (*entry, *snap, ErrKind) {
 	if !IsMRKey(key) {
 		return nil, nil, KindNoObject
@@ -91,6 +92,7 @@ func (t *Table) lockMR(key uint32) (*entry, *snap, ErrKind) {
 
 // liveMR returns the entry and snapshot of the MR named by key's index in
 // pd. Caller holds t.mu; the entry's mu is locked on success.
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) liveMR(op Op, pd PD, key uint32) (*entry, *snap, error) {
 	e, s, k := t.lockMR(key)
 	if k == KindNone && s.pd != pd {
@@ -106,6 +108,7 @@ func (t *Table) liveMR(op Op, pd PD, key uint32) (*entry, *snap, error) {
 // DeregMR deregisters the MR named by key's index (the key byte is not
 // checked: REG_MR may have changed it). EBUSY while memory windows are bound
 // to it. Accesses already resolved keep their memory until Ref.Release.
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) DeregMR(pd PD, key uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -149,6 +152,7 @@ type Rereg struct {
 // changes, so resolved accesses see Changed. EBUSY while windows are bound
 // (re-registration is a deregistration and a registration); EINVAL for a
 // fast-reg MR, no flags or unknown flags.
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) ReregMR(pd PD, key uint32, flags ReregFlags, nw Rereg) error {
 	if flags == 0 || flags&^(ReregTranslation|ReregPD|ReregAccess) != 0 {
 		return mkerr(OpVerb, KindInvalidArg)
@@ -239,6 +243,7 @@ func (t *Table) AllocMR(pd PD, maxPages int) (uint32, error) {
 // power of two from 8 bytes to 1 GiB. The rights follow the MR rules
 // (REMOTE_WRITE/ATOMIC need LOCAL_WRITE; IBA, though rxe does not check).
 // Errors are OpFastReg: the WR completes with LOC_QP_OP_ERR.
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) FastReg(pd PD, key uint32, pages []Page, pageSize uint32, iova, length uint64, access Access) error {
 	access, k := checkMRAccess(access)
 	if k != KindNone {
@@ -307,6 +312,7 @@ func (t *Table) FastReg(pd PD, key uint32, pages []Page, pageSize uint32, iova, 
 // must match all 32 bits; the MR must be in pd and have no windows bound.
 // Invalidating a FREE MR with its current key succeeds and changes nothing,
 // as in rxe.
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) invalidateMR(op Op, pd PD, key uint32) error {
 	e, s, k := t.lockMR(key)
 	if k != KindNone {

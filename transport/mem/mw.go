@@ -110,6 +110,7 @@ func (t *Table) BindMWWR(pd PD, qpn uint32, key, mrKey uint32, addr, length uint
 	return t.bind(pd, qpn, key, mrKey, addr, length, access, true)
 }
 
+// +checklocksignore: lockMR hands the entry's mu over locked only on success, which checklocks cannot follow.
 func (t *Table) bind(pd PD, qpn, key, mrKey uint32, addr, length uint64, access Access, wr bool) error {
 	const op = OpBindMW
 	access &^= OptionalAccess

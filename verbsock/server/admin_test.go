@@ -61,6 +61,25 @@ func TestAdminPagesThousandsOfQPs(t *testing.T) {
 			gone[qpn] = true
 		}
 	}
+	adminListQPs(t, r, first, byQPN, gone)
+	adminQueryStats(t, r, byQPN, gone)
+
+	// A page asked for without a first page takes its own snapshot.
+	r2 := dialRaw(t, s, true)
+	var mid verbsock.ListQPsResp
+	if err := r2.do(verbsock.OpListQPs, &verbsock.PageReq{Start: first.Next}, nil, &mid); err != nil {
+		t.Fatal(err)
+	}
+	if mid.Count == 0 || mid.QPs[0].QPN < first.Next {
+		t.Fatalf("page from %#x: %d QPs, first %#x", first.Next, mid.Count, mid.QPs[0].QPN)
+	}
+}
+
+// adminListQPs pages list_qps on from the first page: each live QP once, in
+// QPN order, none of the gone ones, in as many pages as the count needs.
+func adminListQPs(t *testing.T, r *raw, first verbsock.ListQPsResp, byQPN map[uint32]*nic.QP, gone map[uint32]bool) {
+	t.Helper()
+	n := len(byQPN)
 	seen := map[uint32]bool{}
 	last := uint32(0)
 	check := func(e verbsock.QPEntry) {
@@ -104,10 +123,15 @@ func TestAdminPagesThousandsOfQPs(t *testing.T) {
 	if want := (n + verbsock.ListQPsPage - 1) / verbsock.ListQPsPage; pages != want {
 		t.Errorf("%d pages, want %d", pages, want)
 	}
+}
 
-	// query_stats: the device counters on every page, each live QP once.
-	seen = map[uint32]bool{}
-	pages = 0
+// adminQueryStats pages query_stats: the device counters on every page,
+// each live QP once.
+func adminQueryStats(t *testing.T, r *raw, byQPN map[uint32]*nic.QP, gone map[uint32]bool) {
+	t.Helper()
+	n := len(byQPN)
+	seen := map[uint32]bool{}
+	pages := 0
 	for start, done := uint32(0), false; !done; pages++ {
 		var p verbsock.QueryStatsResp
 		if err := r.do(verbsock.OpQueryStats, &verbsock.PageReq{Start: start}, nil, &p); err != nil {
@@ -139,16 +163,6 @@ func TestAdminPagesThousandsOfQPs(t *testing.T) {
 	}
 	if want := (n - len(gone) + verbsock.StatsQPsPage - 1) / verbsock.StatsQPsPage; pages != want {
 		t.Errorf("%d stats pages, want %d", pages, want)
-	}
-
-	// A page asked for without a first page takes its own snapshot.
-	r2 := dialRaw(t, s, true)
-	var mid verbsock.ListQPsResp
-	if err := r2.do(verbsock.OpListQPs, &verbsock.PageReq{Start: first.Next}, nil, &mid); err != nil {
-		t.Fatal(err)
-	}
-	if mid.Count == 0 || mid.QPs[0].QPN < first.Next {
-		t.Fatalf("page from %#x: %d QPs, first %#x", first.Next, mid.Count, mid.QPs[0].QPN)
 	}
 }
 

@@ -30,6 +30,41 @@ func TestListQPsAndStats(t *testing.T) {
 		t.Fatalf("WRITE: %+v", wc)
 	}
 	other := e.client() // any client may ask
+	listQPsAfterWrite(t, other, a, b)
+	st := statsAfterWrite(t, other, a, b)
+
+	// Destroyed: gone from the list, its counts stay in the device's.
+	if err := a.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := other.ListQPs()
+	if err != nil || len(qs) != 1 || qs[0].QPN != b.qp.QPN() {
+		t.Fatalf("after destroy: %+v %v", qs, err)
+	}
+	st2, err := other.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := counterOf(t, &st2, "sent_pkts"); v < counterOf(t, &st, "sent_pkts") {
+		t.Errorf("device sent_pkts went down from %d to %d", counterOf(t, &st, "sent_pkts"), v)
+	}
+}
+
+// counterOf is the named counter of a Stats or QPStats; the test fails if
+// there is none.
+func counterOf(t *testing.T, c interface{ Counter(string) (uint64, bool) }, name string) uint64 {
+	t.Helper()
+	v, ok := c.Counter(name)
+	if !ok {
+		t.Fatalf("no counter %q", name)
+	}
+	return v
+}
+
+// listQPsAfterWrite: ListQPs shows a's 3-packet WRITE to b in both QPs'
+// PSNs (from 100), their peers and owner.
+func listQPsAfterWrite(t *testing.T, other *verbs.Device, a, b *side) {
+	t.Helper()
 	var qa, qb verbs.QPInfo
 	waitFor(t, "PSNs published", func() bool {
 		qs, err := other.ListQPs()
@@ -61,7 +96,12 @@ func TestListQPsAndStats(t *testing.T) {
 	if qb.DestQPN != a.qp.QPN() || qb.SendPSN != 100 || qb.Owner != pid {
 		t.Errorf("target %+v", qb)
 	}
+}
 
+// statsAfterWrite: Stats counts the WRITE's packets and ACKs on both QPs,
+// and the device's counters are the QPs' sums.
+func statsAfterWrite(t *testing.T, other *verbs.Device, a, b *side) verbs.Stats {
+	t.Helper()
 	st, err := other.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +119,7 @@ func TestListQPsAndStats(t *testing.T) {
 	}
 	get := func(c interface{ Counter(string) (uint64, bool) }, name string) uint64 {
 		t.Helper()
-		v, ok := c.Counter(name)
-		if !ok {
-			t.Fatalf("no counter %q", name)
-		}
-		return v
+		return counterOf(t, c, name)
 	}
 	if n := get(sa, "sent_pkts"); n != 3 {
 		t.Errorf("writer sent_pkts %d, want 3", n)
@@ -102,22 +138,7 @@ func TestListQPsAndStats(t *testing.T) {
 	if _, ok := st.Counter("no_such_counter"); ok {
 		t.Error("a counter that does not exist was found")
 	}
-
-	// Destroyed: gone from the list, its counts stay in the device's.
-	if err := a.qp.Destroy(); err != nil {
-		t.Fatal(err)
-	}
-	qs, err := other.ListQPs()
-	if err != nil || len(qs) != 1 || qs[0].QPN != b.qp.QPN() {
-		t.Fatalf("after destroy: %+v %v", qs, err)
-	}
-	st2, err := other.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := get(&st2, "sent_pkts"); v < get(&st, "sent_pkts") {
-		t.Errorf("device sent_pkts went down from %d to %d", get(&st, "sent_pkts"), v)
-	}
+	return st
 }
 
 // With the port's counters configured, Stats shows them after the

@@ -3,15 +3,13 @@ package verbs_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net/netip"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vrnic/vrnicd/nic/link"
+	"github.com/vrnic/vrnicd/nic/nictest"
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -40,43 +38,6 @@ func newCMEnv(t *testing.T) *cmEnv {
 
 func (ce *cmEnv) serverAddr(port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(ce.ds[1].Host.Addr, port)
-}
-
-// cmLoss drops the first n CM MADs of each listed attribute an end sends.
-type cmLoss struct {
-	mu      sync.Mutex
-	left    map[uint16]int
-	dropped map[uint16]int
-}
-
-func lose(n int, attrs ...uint16) *cmLoss {
-	l := &cmLoss{left: map[uint16]int{}, dropped: map[uint16]int{}}
-	for _, a := range attrs {
-		l.left[a] = n
-	}
-	return l
-}
-
-func (l *cmLoss) hook(f []byte) link.Action {
-	const off = 14 + 20 + 8 + 12 + 8 // Ethernet, IPv4, UDP, BTH, DETH
-	if len(f) < off+mad.Size || f[12] != 0x08 || f[13] != 0 || f[off+1] != mad.ClassCM {
-		return link.Deliver
-	}
-	attr := binary.BigEndian.Uint16(f[off+16:])
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.left[attr] > 0 {
-		l.left[attr]--
-		l.dropped[attr]++
-		return link.Drop
-	}
-	return link.Deliver
-}
-
-func (l *cmLoss) lost(attr uint16) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dropped[attr]
 }
 
 func toInit(t *testing.T, s *side) {
@@ -111,10 +72,10 @@ func nextCM(t *testing.T, ch <-chan verbs.CMEvent, want verbs.CMEventType) verbs
 // disconnect leaves both QPs in ERR with TIMEWAIT_EXIT on both sides.
 func TestCMConnectLossy(t *testing.T) {
 	ce := newCMEnv(t)
-	la := lose(1, mad.AttrConnectRequest, mad.AttrReadyToUse, mad.AttrDisconnectRequest)
-	lb := lose(1, mad.AttrConnectReply)
-	ce.ds[0].Host.Link.SetHook(la.hook)
-	ce.ds[1].Host.Link.SetHook(lb.hook)
+	la := nictest.NewCMLoss(1, mad.AttrConnectRequest, mad.AttrReadyToUse, mad.AttrDisconnectRequest)
+	lb := nictest.NewCMLoss(1, mad.AttrConnectReply)
+	ce.ds[0].Host.Link.SetHook(la.Hook)
+	ce.ds[1].Host.Link.SetHook(lb.Hook)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -185,11 +146,11 @@ func TestCMConnectLossy(t *testing.T) {
 		}
 	}
 	for _, x := range []struct {
-		l    *cmLoss
+		l    *nictest.CMLoss
 		attr uint16
 	}{{la, mad.AttrConnectRequest}, {lb, mad.AttrConnectReply}, {la, mad.AttrReadyToUse}, {la, mad.AttrDisconnectRequest}} {
-		if x.l.lost(x.attr) != 1 {
-			t.Errorf("%s lost %d times, want 1", mad.AttrName(mad.ClassCM, x.attr), x.l.lost(x.attr))
+		if x.l.Dropped(x.attr) != 1 {
+			t.Errorf("%s lost %d times, want 1", mad.AttrName(mad.ClassCM, x.attr), x.l.Dropped(x.attr))
 		}
 	}
 	c.Close()

@@ -10,38 +10,167 @@ import (
 	"github.com/vrnic/vrnicd/verbsock"
 )
 
-// The attribute, status and opcode types are the engine's own, with the
-// ibverbs names and numbers.
-type (
-	QPType    = transport.QPType   // enum ibv_qp_type
-	QPState   = transport.QPState  // enum ibv_qp_state
-	MTU       = transport.MTU      // enum ibv_mtu
-	AttrMask  = transport.AttrMask // enum ibv_qp_attr_mask
-	QPAttr    = transport.QPAttr   // struct ibv_qp_attr
-	QPCap     = transport.QPCap    // struct ibv_qp_cap
-	AHAttr    = transport.AddressVector
-	WC        = transport.WC        // struct ibv_wc
-	WCStatus  = transport.WCStatus  // enum ibv_wc_status
-	WCOpcode  = transport.WCOpcode  // enum ibv_wc_opcode
-	WCFlags   = transport.WCFlags   // enum ibv_wc_flags
-	WROpcode  = transport.WROpcode  // enum ibv_wr_opcode
-	SendFlags = transport.SendFlags // enum ibv_send_flags
-	SGE       = transport.SGE       // struct ibv_sge
-	Access    = mem.Access          // enum ibv_access_flags
-	MWType    = mem.MWType          // enum ibv_mw_type
-	EventType = verbsock.EventType  // enum ibv_event_type
-	PortAttr  = verbsock.PortAttr   // struct ibv_port_attr
-	Limits    = verbsock.Limits     // the daemon's quotas for this connection
-	// Error is a failed verb: errors.Is(err, syscall.EINVAL) and the like
-	// match its errno.
-	Error = verbsock.Error
-)
+// The client-visible vocabulary (attributes, work requests' parts,
+// completions, opcodes, access flags, states) is the engine's own, with
+// the ibverbs names and numbers: one definition (package transport and
+// transport/mem; verbsock for events and ports) that the engine, the
+// daemon's rings and server and this SDK share. Each alias below says what
+// its fields mean, so that go doc on this package is enough to use it.
 
+// QPType is enum ibv_qp_type: QPTypeRC (reliable connected), QPTypeUC
+// (unreliable connected) or QPTypeUD (unreliable datagram).
+type QPType = transport.QPType
+
+// QPState is enum ibv_qp_state, QPStateReset … QPStateErr: RESET, INIT,
+// RTR (ready to receive), RTS (ready to send), SQD (send queue drained),
+// SQE (send queue error), ERR.
+type QPState = transport.QPState
+
+// MTU is enum ibv_mtu, the path MTU: MTU256, MTU512, MTU1024, MTU2048,
+// MTU4096 (1 … 5); its Bytes method gives the size.
+type MTU = transport.MTU
+
+// AttrMask is enum ibv_qp_attr_mask: the QPAttr fields a ModifyQP sets,
+// one QPAttr* bit each (QPAttrState for State, QPAttrAV for AV, …).
+type AttrMask = transport.AttrMask
+
+// QPAttr is struct ibv_qp_attr: the attributes ModifyQP sets (those its
+// AttrMask names) and QueryQP reports.
+//
+//   - State: the state to move to; CurState: the state the caller believes
+//     the QP is in (checked when QPAttrCurState is set).
+//   - PathMTU: the largest payload of one packet (RC, UC).
+//   - QKey: the Q_Key of UD sends and the one UD receives must carry.
+//   - RQPSN: the PSN expected of the first request received (to RTR);
+//     SQPSN: the PSN of the first request sent (to RTS).
+//   - DestQPN: the remote QP (RC, UC).
+//   - AccessFlags: the remote operations the responder allows
+//     (AccessRemoteWrite, AccessRemoteRead, AccessRemoteAtomic).
+//   - AV: the primary path (an AHAttr): the destination GID and GRH fields.
+//   - PKeyIndex: index in the port's P_Key table (0); Port: the port (1).
+//   - MaxRdAtomic: RDMA READs and atomics outstanding as the requester;
+//     MaxDestRdAtomic: those answered at once as the responder.
+//   - MinRNRTimer: the 5-bit delay code of the RNR NAKs the QP sends
+//     (IBA table 45).
+//   - Timeout: the Local ACK Timeout, 4.096 µs × 2^Timeout; 0 waits forever.
+//   - RetryCnt: retransmissions after a timeout or sequence NAK before
+//     WCRetryExcErr (0-7); RNRRetry: retries after an RNR NAK before
+//     WCRNRRetryExcErr (0-7, 7 = infinite).
+//   - SQDrainNotify: post EventSQDrained when SQD has drained
+//     (QPAttrEnSQDAsyncNotify).
+type QPAttr = transport.QPAttr
+
+// QPCap is struct ibv_qp_cap, the queue sizes fixed at create time: what
+// QPInitAttr asks for, and what the QP has.
+//
+//   - MaxSendWR, MaxRecvWR: send and receive WRs outstanding (posted, not
+//     completed); no receive WRs with an SRQ.
+//   - MaxSendSGE, MaxRecvSGE: SGEs in one send or receive WR.
+//   - MaxInlineData: the bytes a SendInline WR may carry.
+type QPCap = transport.QPCap
+
+// AHAttr is struct ibv_ah_attr with its grh, as RoCE uses it: where
+// packets go and how (CreateAH's argument, QPAttr.AV).
+//
+//   - DGID: the destination GID (an IPv6 or IPv4-mapped address, see
+//     GIDFromAddr).
+//   - SGIDIndex: the source GID's index in the port's GID table; SGID: that
+//     GID, filled in by the device.
+//   - HopLimit: the IPv6 hop limit or IPv4 TTL; TrafficClass: the IPv6
+//     traffic class or IPv4 TOS; FlowLabel: the IPv6 flow label (20 bits).
+//   - SL: the service level (RoCEv2 has no wire field for it); Port: the
+//     port (1).
+type AHAttr = transport.AddressVector
+
+// WC is struct ibv_wc, a work completion: one per signaled or failed send
+// WR, per receive WR consumed, and per WR flushed in the error state.
+//
+//   - WRID: the ID of the WR that completed.
+//   - Status: WCSuccess or why the WR failed (a WCStatus).
+//   - Opcode: what completed (a WCOpcode: WCSend … for send WRs, WCRecv and
+//     WCRecvRDMAWithImm for receives).
+//   - Flags: WCWithGRH, WCWithImm, WCWithInv.
+//   - ByteLen: the bytes the WR moved; for a UD receive the message plus the
+//     40-byte GRH ahead of it, as ibverbs counts.
+//   - ImmData: the immediate data (WCWithImm, network order as on the
+//     wire) or the invalidated rkey (WCWithInv).
+//   - QPN: the local QP the WR was posted to; SrcQP: the sending QP (UD).
+//   - PKeyIndex: 0, the port's one P_Key; VendorErr: 0, vrnicd has no
+//     vendor syndromes.
+//   - Solicited: the message asked for a solicited event (BTH SE), which
+//     a solicited-only notification waits for.
+type WC = transport.WC
+
+// WCStatus is enum ibv_wc_status: WCSuccess, or WCLocLenErr … WCGeneralErr
+// (String gives ibverbs' name, e.g. "RETRY_EXC_ERR").
+type WCStatus = transport.WCStatus
+
+// WCOpcode is enum ibv_wc_opcode: WCSend, WCRDMAWrite, WCRDMARead,
+// WCCompSwap, WCFetchAdd, WCBindMW, WCLocalInv, WCFlush, WCAtomicWrite,
+// WCRegMR for send WRs; WCRecv and WCRecvRDMAWithImm for receives.
+type WCOpcode = transport.WCOpcode
+
+// WCFlags is enum ibv_wc_flags: WCWithGRH (a UD receive: ByteLen counts a
+// GRH), WCWithImm (ImmData holds immediate data), WCWithInv (ImmData holds
+// the rkey the SEND invalidated).
+type WCFlags = transport.WCFlags
+
+// WROpcode is enum ibv_wr_opcode, a SendWR's Opcode: WRSend,
+// WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm,
+// WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRAtomicWrite, WRFlush,
+// WRLocalInv, WRBindMW, WRRegMR. RC takes them all; UC no READ, atomics or
+// FLUSH; UD only the SENDs (transport.OpcodeAllowed).
+type WROpcode = transport.WROpcode
+
+// SendFlags is enum ibv_send_flags, a SendWR's Flags: SendFence (wait for
+// earlier READs and atomics), SendSignaled (complete with a WC even without
+// SQSigAll), SendSolicited (ask the receiver for a solicited event),
+// SendInline (the data travels in the WR).
+type SendFlags = transport.SendFlags
+
+// SGE is struct ibv_sge, one scatter/gather element: Length bytes at Addr
+// (in the MR's address space, its IOVA) in the MR whose local key is LKey.
+type SGE = transport.SGE
+
+// Access is enum ibv_access_flags, an MR's, MW's or QP's rights:
+// AccessLocalWrite, AccessRemoteWrite, AccessRemoteRead,
+// AccessRemoteAtomic, AccessMWBind, AccessZeroBased.
+type Access = mem.Access
+
+// MWType is enum ibv_mw_type: MWType1 or MWType2B.
+type MWType = mem.MWType
+
+// EventType is enum ibv_event_type, an AsyncEvent's type: EventCQErr …
+// EventGIDChange, and EventLost when events were dropped because the
+// client did not read them.
+type EventType = verbsock.EventType
+
+// PortAttr is struct ibv_port_attr (the fields vrnicd has): State
+// (PortDown or PortActive), MaxMTU and ActiveMTU (MTU values), GIDTblLen,
+// PortCapFlags, PKeyTblLen, LinkLayer (2, Ethernet), PhysState (5, link
+// up) and MaxMsgSize (bytes).
+type PortAttr = verbsock.PortAttr
+
+// Limits are the daemon's quotas for this connection: MaxPD, MaxCQ, MaxQP,
+// MaxSRQ, MaxMR, MaxMW and MaxAH objects and MaxMem mapped memfds at once,
+// MaxMemBytes bytes of memfds mapped (rings and buffers) and MaxMRBytes
+// bytes registered in MRs.
+type Limits = verbsock.Limits
+
+// Error is a failed verb: errors.Is(err, syscall.EINVAL) and the like
+// match its errno.
+type Error = verbsock.Error
+
+// The values of the vocabulary above, with the ibverbs numbers: QP types
+// and states, MTUs, AttrMask bits, WR opcodes, send flags, WC statuses,
+// opcodes and flags, access flags, MW types, async event types.
 const (
+	// QPType: IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD.
 	QPTypeRC = transport.QPTypeRC
 	QPTypeUC = transport.QPTypeUC
 	QPTypeUD = transport.QPTypeUD
 
+	// QPState: IBV_QPS_RESET … IBV_QPS_ERR.
 	QPStateReset = transport.StateReset
 	QPStateInit  = transport.StateInit
 	QPStateRTR   = transport.StateRTR
@@ -50,12 +179,14 @@ const (
 	QPStateSQE   = transport.StateSQE
 	QPStateErr   = transport.StateErr
 
+	// MTU: IBV_MTU_256 … IBV_MTU_4096.
 	MTU256  = transport.MTU256
 	MTU512  = transport.MTU512
 	MTU1024 = transport.MTU1024
 	MTU2048 = transport.MTU2048
 	MTU4096 = transport.MTU4096
 
+	// AttrMask: IBV_QP_STATE … IBV_QP_DEST_QPN, one a QPAttr field.
 	QPAttrState            = transport.AttrState
 	QPAttrCurState         = transport.AttrCurState
 	QPAttrEnSQDAsyncNotify = transport.AttrEnSQDAsyncNotify
@@ -78,6 +209,7 @@ const (
 	QPAttrCap              = transport.AttrCap
 	QPAttrDestQPN          = transport.AttrDestQPN
 
+	// WROpcode: IBV_WR_*.
 	WRRDMAWrite        = transport.WRRDMAWrite
 	WRRDMAWriteWithImm = transport.WRRDMAWriteWithImm
 	WRSend             = transport.WRSend
@@ -92,11 +224,13 @@ const (
 	WRAtomicWrite      = transport.WRAtomicWrite
 	WRRegMR            = transport.WRRegMR
 
+	// SendFlags: IBV_SEND_FENCE, _SIGNALED, _SOLICITED, _INLINE.
 	SendFence     = transport.SendFence
 	SendSignaled  = transport.SendSignaled
 	SendSolicited = transport.SendSolicited
 	SendInline    = transport.SendInline
 
+	// WCStatus: IBV_WC_SUCCESS and the errors.
 	WCSuccess        = transport.WCSuccess
 	WCLocLenErr      = transport.WCLocLenErr
 	WCLocQPOpErr     = transport.WCLocQPOpErr
@@ -115,6 +249,7 @@ const (
 	WCRespTimeoutErr = transport.WCRespTimeoutErr
 	WCGeneralErr     = transport.WCGeneralErr
 
+	// WCOpcode: IBV_WC_SEND … IBV_WC_RECV_RDMA_WITH_IMM.
 	WCSend            = transport.WCSend
 	WCRDMAWrite       = transport.WCRDMAWrite
 	WCRDMARead        = transport.WCRDMARead
@@ -128,10 +263,12 @@ const (
 	WCRecv            = transport.WCRecv
 	WCRecvRDMAWithImm = transport.WCRecvRDMAWithImm
 
+	// WCFlags: IBV_WC_GRH, IBV_WC_WITH_IMM, IBV_WC_WITH_INV.
 	WCWithGRH = transport.WCWithGRH
 	WCWithImm = transport.WCWithImm
 	WCWithInv = transport.WCWithInv
 
+	// Access: IBV_ACCESS_LOCAL_WRITE … IBV_ACCESS_ZERO_BASED.
 	AccessLocalWrite   = mem.LocalWrite
 	AccessRemoteWrite  = mem.RemoteWrite
 	AccessRemoteRead   = mem.RemoteRead
@@ -139,9 +276,11 @@ const (
 	AccessMWBind       = mem.MWBind
 	AccessZeroBased    = mem.ZeroBased
 
+	// MWType: IBV_MW_TYPE_1, IBV_MW_TYPE_2 (type 2B).
 	MWType1  = mem.MWType1
 	MWType2B = mem.MWType2B
 
+	// EventType: IBV_EVENT_*, and EventLost (vrnicd's own).
 	EventCQErr       = verbsock.EventCQErr
 	EventQPFatal     = verbsock.EventQPFatal
 	EventQPReqErr    = verbsock.EventQPReqErr

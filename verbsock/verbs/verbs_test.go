@@ -102,7 +102,24 @@ func TestRCLoopbackVerbs(t *testing.T) {
 	for i := range src[:1<<16] {
 		src[i] = byte(i * 7)
 	}
-	// SEND / RECV with immediate.
+	loopbackSendImm(t, a, b, src)
+	loopbackWriteRead(t, a, b, src)
+	loopbackAtomics(t, a, b, src)
+	loopbackInline(t, a, b, src)
+	// Query reflects the modifies.
+	attr, init, err := a.qp.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attr.State != verbs.QPStateRTS || attr.DestQPN != b.qp.QPN() || attr.PathMTU != verbs.MTU1024 ||
+		init.Type != verbs.QPTypeRC || init.Cap.MaxSendWR != 128 || init.Cap.MaxInlineData != 256 {
+		t.Fatalf("query: %+v %+v", attr, init)
+	}
+}
+
+// loopbackSendImm: SEND / RECV with immediate.
+func loopbackSendImm(t *testing.T, a, b *side, src []byte) {
+	t.Helper()
 	if err := b.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{b.mr.SGE(0, 8192)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +138,11 @@ func TestRCLoopbackVerbs(t *testing.T) {
 	if wc := pollN(t, a.scq, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 10 || wc.Opcode != verbs.WCSend {
 		t.Fatalf("send completion %+v", wc)
 	}
-	// RDMA WRITE then READ back, two SGEs.
+}
+
+// loopbackWriteRead: RDMA WRITE then READ back, two SGEs.
+func loopbackWriteRead(t *testing.T, a, b *side, src []byte) {
+	t.Helper()
 	if err := a.qp.PostSend(
 		verbs.SendWR{ID: 11, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{a.mr.SGE(0, 30000), a.mr.SGE(30000, 10000)}, RemoteAddr: b.mr.Addr() + 100000, RKey: b.mr.RKey()},
@@ -138,7 +159,11 @@ func TestRCLoopbackVerbs(t *testing.T) {
 	if !bytes.Equal(b.buf.Bytes()[100000:140000], src[:40000]) || !bytes.Equal(src[200000:240000], src[:40000]) {
 		t.Fatal("WRITE/READ data differs")
 	}
-	// Atomics on an 8-byte word of b.
+}
+
+// loopbackAtomics: FETCH_ADD then CMP_AND_SWP on an 8-byte word of b.
+func loopbackAtomics(t *testing.T, a, b *side, src []byte) {
+	t.Helper()
 	word := b.mr.Addr() + 4096
 	copy(b.buf.Bytes()[4096:4104], []byte{5, 0, 0, 0, 0, 0, 0, 0})
 	if err := a.qp.PostSend(
@@ -157,7 +182,11 @@ func TestRCLoopbackVerbs(t *testing.T) {
 	if got := b.buf.Bytes()[4096]; got != 99 || src[300000] != 5 || src[300008] != 15 {
 		t.Fatalf("atomics: word %d, fetched %d and %d", got, src[300000], src[300008])
 	}
-	// Inline SEND, from Inline and gathered from an SGE.
+}
+
+// loopbackInline: inline SENDs, from Inline and gathered from an SGE.
+func loopbackInline(t *testing.T, a, b *side, src []byte) {
+	t.Helper()
 	if err := b.qp.PostRecv(verbs.RecvWR{ID: 2, SGL: []verbs.SGE{b.mr.SGE(500000, 256)}},
 		verbs.RecvWR{ID: 3, SGL: []verbs.SGE{b.mr.SGE(501000, 256)}}); err != nil {
 		t.Fatal(err)
@@ -172,13 +201,4 @@ func TestRCLoopbackVerbs(t *testing.T) {
 		t.Fatalf("inline receives %+v", r)
 	}
 	pollN(t, a.scq, 2)
-	// Query reflects the modifies.
-	attr, init, err := a.qp.Query()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if attr.State != verbs.QPStateRTS || attr.DestQPN != b.qp.QPN() || attr.PathMTU != verbs.MTU1024 ||
-		init.Type != verbs.QPTypeRC || init.Cap.MaxSendWR != 128 || init.Cap.MaxInlineData != 256 {
-		t.Fatalf("query: %+v %+v", attr, init)
-	}
 }

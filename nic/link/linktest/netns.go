@@ -147,3 +147,14 @@ func VethPair(t testing.TB, nsA *NS, a string, nsB *NS, b string) {
 		x.ns.Exec(t, "ip", "link", "set", x.name, "up")
 	}
 }
+
+// BridgedVeth makes the segment the TAP tests share: bridge br in nsA, up,
+// and a veth pair whose end a (in nsA) is enslaved to it and whose end b
+// sits in nsB (VethPair). A test enslaves its TAP to br once it exists.
+func BridgedVeth(t testing.TB, nsA *NS, br, a string, nsB *NS, b string) {
+	t.Helper()
+	nsA.Exec(t, "ip", "link", "add", br, "type", "bridge")
+	nsA.Exec(t, "ip", "link", "set", br, "up")
+	VethPair(t, nsA, a, nsB, b)
+	nsA.Exec(t, "ip", "link", "set", a, "master", br)
+}

@@ -268,44 +268,9 @@ func TestGoldenCM(t *testing.T) {
 	msgs := map[uint16]mad.Message{}
 	for _, row := range cap.Tables[0] {
 		n, _ := strconv.Atoi(row["frame.number"])
-		if err := fp.decode(frames[n-1].Data); err != nil || !fp.has(LayerTypeMAD) {
-			t.Fatalf("frame %d: %v, layers %v", n, err, fp.decoded)
-		}
-		m := &fp.rl.MAD
-		hexf := func(key string, v uint64, digits int) {
-			t.Helper()
-			if w, ok := row[key]; ok {
-				if got := fmt.Sprintf("0x%0*x", digits, v); got != w {
-					t.Errorf("frame %d %s: %s, tshark %s", n, key, got, w)
-				}
-			}
-		}
-		if m.BaseVersion != 1 || m.MgmtClass != mad.ClassCM || m.ClassVersion != 2 || m.Method != mad.MethodSend || len(m.Contents) != mad.Size {
-			t.Errorf("frame %d: MAD header %+v, %d bytes", n, m.Header, len(m.Contents))
-		}
-		if fp.rl.DETH.QKey != wire.GSIQKey || fp.rl.DETH.SrcQP != 1 {
-			t.Errorf("frame %d: DETH %+v", n, fp.rl.DETH.DETHFields)
-		}
-		hexf("infiniband.mad.attributeid", uint64(m.AttributeID), 4)
-		hexf("infiniband.mad.transactionid", m.TransactionID, 16)
-		switch c := m.CM.(type) {
-		case *mad.REQ:
-			hexf("infiniband.cm.req.serviceid.dport", uint64(mad.ServicePort(c.ServiceID)), 4)
-			hexf("infiniband.cm.req.localqpn", uint64(c.LocalQPN), 6)
-			hexf("infiniband.cm.req.startpsn", uint64(c.StartingPSN), 6)
-			hexf("infiniband.cm.req.pppmtu", uint64(c.PathMTU), 2)
-		case *mad.REP:
-			hexf("infiniband.cm.rep.localqpn", uint64(c.LocalQPN), 6)
-			hexf("infiniband.cm.rep.startpsn", uint64(c.StartingPSN), 6)
-		case nil:
-			t.Fatalf("frame %d: attribute %#x not decoded", n, m.AttributeID)
-		}
-		if got := mad.AppendCM(nil, m.Header, m.CM); !bytes.Equal(got, m.Contents) {
-			t.Errorf("frame %d: re-encoded %s differs\n got %x\nwant %x", n, mad.AttrName(mad.ClassCM, m.AttributeID), got, m.Contents)
-		}
+		m := goldenCMFrame(t, fp, n, frames[n-1].Data, row)
 		msgs[m.AttributeID] = m.CM
 	}
-
 	req, _ := msgs[mad.AttrConnectRequest].(*mad.REQ)
 	rep, _ := msgs[mad.AttrConnectReply].(*mad.REP)
 	rtu, _ := msgs[mad.AttrReadyToUse].(*mad.RTU)
@@ -314,13 +279,63 @@ func TestGoldenCM(t *testing.T) {
 	if req == nil || rep == nil || rtu == nil || dreq == nil || drep == nil {
 		t.Fatalf("missing messages: %v", msgs)
 	}
-	// The README's notes: IP CM service ID for TCP port 7174, path MTU 1024,
-	// an RC connection.
+	active, passive := netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.11")
+	goldenCMRequest(t, req, active, passive)
+	goldenCMIDs(t, req, rep, rtu, dreq, drep)
+	goldenCMTraffic(t, fp, frames, req, rep, active, passive)
+}
+
+// goldenCMFrame decodes CM frame n and checks it against tshark's row: the
+// MAD and DETH headers, the listed fields, the re-encoding.
+func goldenCMFrame(t *testing.T, fp *frameParser, n int, data []byte, row map[string]string) *MAD {
+	t.Helper()
+	if err := fp.decode(data); err != nil || !fp.has(LayerTypeMAD) {
+		t.Fatalf("frame %d: %v, layers %v", n, err, fp.decoded)
+	}
+	m := &fp.rl.MAD
+	hexf := func(key string, v uint64, digits int) {
+		t.Helper()
+		if w, ok := row[key]; ok {
+			if got := fmt.Sprintf("0x%0*x", digits, v); got != w {
+				t.Errorf("frame %d %s: %s, tshark %s", n, key, got, w)
+			}
+		}
+	}
+	if m.BaseVersion != 1 || m.MgmtClass != mad.ClassCM || m.ClassVersion != 2 || m.Method != mad.MethodSend || len(m.Contents) != mad.Size {
+		t.Errorf("frame %d: MAD header %+v, %d bytes", n, m.Header, len(m.Contents))
+	}
+	if fp.rl.DETH.QKey != wire.GSIQKey || fp.rl.DETH.SrcQP != 1 {
+		t.Errorf("frame %d: DETH %+v", n, fp.rl.DETH.DETHFields)
+	}
+	hexf("infiniband.mad.attributeid", uint64(m.AttributeID), 4)
+	hexf("infiniband.mad.transactionid", m.TransactionID, 16)
+	switch c := m.CM.(type) {
+	case *mad.REQ:
+		hexf("infiniband.cm.req.serviceid.dport", uint64(mad.ServicePort(c.ServiceID)), 4)
+		hexf("infiniband.cm.req.localqpn", uint64(c.LocalQPN), 6)
+		hexf("infiniband.cm.req.startpsn", uint64(c.StartingPSN), 6)
+		hexf("infiniband.cm.req.pppmtu", uint64(c.PathMTU), 2)
+	case *mad.REP:
+		hexf("infiniband.cm.rep.localqpn", uint64(c.LocalQPN), 6)
+		hexf("infiniband.cm.rep.startpsn", uint64(c.StartingPSN), 6)
+	case nil:
+		t.Fatalf("frame %d: attribute %#x not decoded", n, m.AttributeID)
+	}
+	if got := mad.AppendCM(nil, m.Header, m.CM); !bytes.Equal(got, m.Contents) {
+		t.Errorf("frame %d: re-encoded %s differs\n got %x\nwant %x", n, mad.AttrName(mad.ClassCM, m.AttributeID), got, m.Contents)
+	}
+	return m
+}
+
+// goldenCMRequest checks the README's notes on the REQ: IP CM service ID
+// for TCP port 7174, path MTU 1024, an RC connection, the GIDs and the
+// cma_hdr addresses.
+func goldenCMRequest(t *testing.T, req *mad.REQ, active, passive netip.Addr) {
+	t.Helper()
 	if req.ServiceID != mad.IPServiceID(mad.PortSpaceTCP, 7174) || !mad.IsIPServiceID(req.ServiceID) ||
 		req.PathMTU != 3 || req.TransportServiceType != mad.ServiceRC || req.PKey != 0xFFFF {
 		t.Errorf("REQ %+v", req)
 	}
-	active, passive := netip.MustParseAddr("192.0.2.12"), netip.MustParseAddr("192.0.2.11")
 	if req.Primary.LocalGID.String() != active.String() || req.Primary.RemoteGID.String() != passive.String() {
 		t.Errorf("REQ GIDs %v %v", req.Primary.LocalGID, req.Primary.RemoteGID)
 	}
@@ -328,7 +343,11 @@ func TestGoldenCM(t *testing.T) {
 	if err != nil || cma.Version != mad.CMAVersion || cma.IPVersion != 4 || cma.Src != active || cma.Dst != passive {
 		t.Errorf("cma_hdr %+v, %v", cma, err)
 	}
-	// Communication IDs tie the exchange together.
+}
+
+// goldenCMIDs: the communication IDs and QPNs tie the exchange together.
+func goldenCMIDs(t *testing.T, req *mad.REQ, rep *mad.REP, rtu *mad.RTU, dreq *mad.DREQ, drep *mad.DREP) {
+	t.Helper()
 	if rep.RemoteCommID != req.LocalCommID || rtu.LocalCommID != req.LocalCommID || rtu.RemoteCommID != rep.LocalCommID ||
 		dreq.LocalCommID != req.LocalCommID || dreq.RemoteCommID != rep.LocalCommID ||
 		drep.LocalCommID != rep.LocalCommID || drep.RemoteCommID != req.LocalCommID {
@@ -339,9 +358,13 @@ func TestGoldenCM(t *testing.T) {
 	if dreq.RemoteQPN != rep.LocalQPN {
 		t.Errorf("DREQ remote QPN %#x, REP local QPN %#x", dreq.RemoteQPN, rep.LocalQPN)
 	}
-	// The REQ's starting PSN is what the passive side sends its requests
-	// with, the REP's what the active side sends with (ACKs echo the
-	// requester's PSN); each side's QPN is the other's DestQP.
+}
+
+// goldenCMTraffic: the REQ's starting PSN is what the passive side sends
+// its requests with, the REP's what the active side sends with (ACKs echo
+// the requester's PSN); each side's QPN is the other's DestQP.
+func goldenCMTraffic(t *testing.T, fp *frameParser, frames []rocetest.Frame, req *mad.REQ, rep *mad.REP, active, passive netip.Addr) {
+	t.Helper()
 	first := map[netip.Addr]*BTH{}
 	for _, fr := range frames {
 		if fp.decode(fr.Data) != nil || !fp.has(LayerTypeBTH) || fp.rl.BTH.Opcode.Transport() != wire.TransportRC ||
