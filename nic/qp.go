@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/mem"
 )
 
@@ -81,10 +82,9 @@ type QP struct {
 
 	// Worker-owned.
 	bell             Doorbell
-	gone             bool // destroyed: its packets and wake-ups are dropped
-	runSend, runRecv bool // touched this pass
-	wakeAt           time.Time
-	heapIdx          int // in the worker's timer heap; -1: not there
+	gone             bool       // destroyed: its packets and wake-ups are dropped
+	runSend, runRecv bool       // touched this pass
+	wake             clock.Slot // in the worker's timer heap
 }
 
 // inQueue bounds the packets waiting for one QP's worker; more are dropped
@@ -139,7 +139,7 @@ func (d *Device) newQP(cfg QPConfig) (*QP, error) {
 		return nil, err
 	}
 	qpn := d.allocQPN()
-	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent, w: d.workerFor(qpn), heapIdx: -1}
+	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent, w: d.workerFor(qpn)}
 	tq, err := transport.NewQP(&q.w.env, transport.QPConfig{QPN: qpn, Type: cfg.Type, PD: cfg.PD, Cap: c,
 		SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ, SRQ: cfg.SRQ, SQSigAll: cfg.SQSigAll,
 		Hooks: transport.Hooks{WakeSend: q.NotifySend, WakeRecv: q.NotifyRecv, Event: q.event,
@@ -269,7 +269,7 @@ func (q *QP) Destroy() {
 			q.tq.RunSend() // ERR: flush what is left
 			q.tq.RunRecv()
 			q.gone = true
-			q.w.timers.set(q, time.Time{})
+			q.w.timers.Remove(q)
 			q.w.dropBell(q)
 		}})
 		d := q.d

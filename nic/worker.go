@@ -1,15 +1,14 @@
 package nic
 
 import (
-	"container/heap"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/clock"
 )
 
 // worker is a datapath worker: it owns a set of QPs outright (both sides:
@@ -51,7 +50,7 @@ type worker struct {
 	rdy     []*QP
 	cl      []call
 	dirty   []*QP
-	timers  timerHeap
+	timers  clock.Heap[*QP] // the owned QPs whose send side asked to run at a time
 	swr     transport.SendWR
 	rwr     transport.RecvWR
 }
@@ -70,7 +69,8 @@ func newWorker(d *Device) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, stop: make(chan struct{}), done: make(chan struct{}),
+		timers: clock.NewHeap(func(q *QP) *clock.Slot { return &q.wake })}
 	w.env = d.env
 	w.env.Out = &w.out
 	w.out.d = d
@@ -244,7 +244,7 @@ func (w *worker) take() bool {
 	w.rdy, w.ready = w.ready, w.rdy[:0]
 	w.cl, w.calls = w.calls, w.cl[:0]
 	w.mu.Unlock()
-	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.due(w.d.clock.Now())
+	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.Due(w.d.clock.Now())
 }
 
 // sync returns once the worker has finished every pass that took what was
@@ -276,8 +276,11 @@ func (w *worker) pass() {
 	}
 	clear(w.rdy)
 	now := w.d.clock.Now()
-	for w.timers.due(now) {
-		q := w.timers.pop()
+	for {
+		q, ok := w.timers.PopDue(now)
+		if !ok {
+			break
+		}
 		if !q.gone {
 			w.touch(q, true, false)
 		}
@@ -332,7 +335,7 @@ func (w *worker) runQP(q *QP) {
 		}
 	}
 	if send {
-		w.timers.set(q, q.drainAndRun(&w.swr))
+		w.timers.Set(q, q.drainAndRun(&w.swr))
 	}
 }
 
@@ -376,62 +379,4 @@ func (o *batchOutput) flush() {
 	o.d.out.Send(o.pending)
 	clear(o.pending)
 	o.pending = o.pending[:0]
-}
-
-// timerHeap holds the owned QPs whose send side asked to run at a time,
-// earliest first.
-type timerHeap []*QP
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].wakeAt.Before(h[j].wakeAt) }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *timerHeap) Push(x any) {
-	q := x.(*QP)
-	q.heapIdx = len(*h)
-	*h = append(*h, q)
-}
-func (h *timerHeap) Pop() any {
-	old := *h
-	q := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	q.heapIdx = -1
-	return q
-}
-
-// set makes t (zero: none) q's wake-up time.
-func (h *timerHeap) set(q *QP, t time.Time) {
-	switch {
-	case t.IsZero():
-		if q.heapIdx >= 0 {
-			heap.Remove(h, q.heapIdx)
-		}
-	case q.heapIdx >= 0:
-		q.wakeAt = t
-		heap.Fix(h, q.heapIdx)
-	default:
-		q.wakeAt = t
-		heap.Push(h, q)
-	}
-	if t.IsZero() {
-		q.wakeAt = time.Time{}
-	}
-}
-
-func (h *timerHeap) due(now time.Time) bool { return len(*h) > 0 && !now.Before((*h)[0].wakeAt) }
-
-func (h *timerHeap) next() (time.Time, bool) {
-	if len(*h) == 0 {
-		return time.Time{}, false
-	}
-	return (*h)[0].wakeAt, true
-}
-
-func (h *timerHeap) pop() *QP {
-	q := heap.Pop(h).(*QP)
-	q.wakeAt = time.Time{}
-	return q
 }

@@ -64,7 +64,7 @@ func (w *worker) idle() bool {
 // system clock that is the wait's timeout; an injected clock fires the
 // timer itself (a signal), so tests that advance it drive the workers.
 func (w *worker) sleepFor() (time.Duration, clock.Timer) {
-	next, ok := w.timers.next()
+	_, next, ok := w.timers.Peek()
 	if !ok {
 		return -1, nil
 	}
