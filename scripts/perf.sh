@@ -8,7 +8,7 @@
 #    the sizes vrnicd sends (sendmmsg of 32 into a TPACKET_V3 ring) and
 #    bounces single frames (sleeping reads) for the half round trip.
 # 2. Two raw-mode daemons: vrnic-perf write_bw, read_bw, send_bw (1 and 4
-#    QPs), write_lat, send_lat.
+#    QPs), write_lat, send_lat; then with --workers 2 (4 QPs).
 # 3. The link again (before and after are both shown; the better is the
 #    reference), then MTU 1500, a TAP-mode pair over bridges, and a run with
 #    1 % of RoCE frames dropped each way (nftables netdev egress).
@@ -129,17 +129,19 @@ link_9000() {
 
 # --- the daemons ----------------------------------------------------------
 
-# start_raw [PROFILE-TAG]: a raw-mode daemon on each veth end.
+# start_raw [PROFILE-TAG]: a raw-mode daemon on each veth end, with
+# DAEMON_ARGS (e.g. --workers 2) if set.
 start_raw() {
-	local prof_a=() prof_b=()
+	local prof_a=() prof_b=() extra
+	read -r -a extra <<<"${DAEMON_ARGS:-}"
 	if [ -n "$PROFILE_DIR" ] && [ -n "${1:-}" ]; then
 		mkdir -p "$PROFILE_DIR"
 		prof_a=(--cpuprofile "$PROFILE_DIR/vrnicd-A-$1.pprof")
 		prof_b=(--cpuprofile "$PROFILE_DIR/vrnicd-B-$1.pprof")
 	fi
-	ip netns exec "$A" "$BIN/vrnicd" --iface vpA --socket "$RUN/a.sock" "${prof_a[@]}" >"$RUN/a.log" 2>&1 &
+	ip netns exec "$A" "$BIN/vrnicd" --iface vpA --socket "$RUN/a.sock" "${extra[@]}" "${prof_a[@]}" >"$RUN/a.log" 2>&1 &
 	daemons+=($!)
-	ip netns exec "$B" "$BIN/vrnicd" --iface vpB --socket "$RUN/b.sock" "${prof_b[@]}" >"$RUN/b.log" 2>&1 &
+	ip netns exec "$B" "$BIN/vrnicd" --iface vpB --socket "$RUN/b.sock" "${extra[@]}" "${prof_b[@]}" >"$RUN/b.log" 2>&1 &
 	daemons+=($!)
 	wait_sockets
 }
@@ -281,6 +283,14 @@ start_raw mtu9000
 daemon_suite raw
 stop_daemons
 
+step "raw-mode daemons with --workers 2 (a PACKET_FANOUT socket per worker), MTU 9000, 4 QPs"
+DAEMON_ARGS="--workers 2" start_raw
+# shellcheck disable=SC2046
+perf w2.write_bw.q4 write_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
+# shellcheck disable=SC2046
+perf w2.send_bw.q4 send_bw 192.0.2.2 $(bw_args -s 64 -q 4)
+stop_daemons
+
 link_9000 after
 
 step "MTU 1500: link (1024 B WRITE MIDDLE frames) and raw-mode daemons"
@@ -370,6 +380,9 @@ row "send_bw 64 B, 1 QP" "${R[raw.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "Mpps, 
 row "send_bw 64 B, 4 QPs" "${R[raw.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
 row "write_lat 8 B (t_typical)" "${R[raw.write_lat]:-}" "us" "$L_WO8" "median half RTT, $(lk link.before.wo8)"
 row "send_lat 8 B (t_typical)" "${R[raw.send_lat]:-}" "us" "$L_SO8" "median half RTT, $(lk link.before.so8)"
+echo "-- raw-mode daemons, MTU 9000, --workers 2 (fanout)"
+row "write_bw 64 KiB, 4 QPs" "${R[w2.write_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
+row "send_bw 64 B, 4 QPs" "${R[w2.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
 echo "-- raw-mode daemons, MTU 1500 (RoCE MTU 1024)"
 row "write_bw 64 KiB, 1 QP" "${R[raw1500.write_bw.q1]:-}" "Gb/s" "$L15_WM" "payload Gb/s, $(lk link.1500.wm1024)"
 row "send_bw 64 B, 1 QP" "${R[raw1500.send_bw.q1.mpps]:-}" "M msg/s" "$L15_SO" "Mpps, $(lk link.1500.so64)"
