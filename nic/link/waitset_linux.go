@@ -1,7 +1,6 @@
 package link
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -20,14 +19,13 @@ import (
 // through the system call until sysmon takes it back, which with two Ps
 // stalled the rest of the daemon for milliseconds.) Members are
 // level-triggered unless added edge-triggered: what a caller leaves unread
-// is reported again. Wake (an eventfd member) is for everyone else.
+// is reported again. Wake is for everyone else.
 type WaitSet struct {
-	f         *os.File // epfd on the Go netpoller
-	rc        syscall.RawConn
-	epfd, efd int
-	woken     atomic.Bool // a Wake is in efd, not yet taken
-	woke      bool        // wait took a Wake
-	evs       []unix.EpollEvent
+	f    *os.File // epfd on the Go netpoller
+	rc   syscall.RawConn
+	epfd int
+	wake atomic.Bool // set by Wake before it moves the deadline
+	evs  []unix.EpollEvent
 }
 
 // maxReady bounds the descriptors one Poll or Wait reports; the rest stay
@@ -40,29 +38,17 @@ func NewWaitSet() (*WaitSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("link: epoll_create1: %w", err)
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		unix.Close(epfd)
-		return nil, fmt.Errorf("link: eventfd: %w", err)
-	}
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
-		unix.Close(efd)
-		return nil, err
+		return nil, fmt.Errorf("link: epoll set non-blocking: %w", err)
 	}
 	f := os.NewFile(uintptr(epfd), "vrnic-waitset")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		unix.Close(efd)
-		return nil, err
+		return nil, fmt.Errorf("link: epoll on the netpoller: %w", err)
 	}
-	s := &WaitSet{f: f, rc: rc, epfd: epfd, efd: efd, evs: make([]unix.EpollEvent, maxReady)}
-	if err := s.Add(efd, false); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return &WaitSet{f: f, rc: rc, epfd: epfd, evs: make([]unix.EpollEvent, maxReady)}, nil
 }
 
 // Add watches fd for input. Errors and hang-ups are reported too (epoll
@@ -98,28 +84,17 @@ func (s *WaitSet) Poll(ready func(fd int, events uint32)) (int, error) { return 
 // polled before the goroutine parks, so nothing that became ready since
 // the last Poll is missed.
 func (s *WaitSet) Wait(timeout time.Duration, ready func(fd int, events uint32)) (int, error) {
-	if timeout == 0 {
-		return s.wait(0, ready)
-	}
-	var dl time.Time
-	if timeout > 0 {
-		dl = time.Now().Add(timeout)
-	}
-	if err := s.f.SetReadDeadline(dl); err != nil {
-		return 0, err
-	}
 	n := 0
-	var werr error
-	err := s.rc.Read(func(uintptr) bool {
-		n, werr = s.wait(0, ready)
-		return n > 0 || werr != nil || s.woke
+	var perr error
+	_, err := waitReadable(s.f, s.rc, &s.wake, timeout, func() bool {
+		n, perr = s.Poll(ready)
+		return n > 0 || perr != nil
 	})
-	s.woke = false
-	if werr != nil {
-		return n, werr
+	if perr != nil {
+		return n, perr
 	}
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return n, err
+	if err != nil {
+		return n, fmt.Errorf("link: waiting on the epoll set: %w", err)
 	}
 	return n, nil
 }
@@ -132,45 +107,20 @@ func (s *WaitSet) wait(ms int, ready func(fd int, events uint32)) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("link: epoll_wait: %w", err)
 	}
-	k := 0
 	for i := range n {
-		fd := int(s.evs[i].Fd)
-		if fd == s.efd {
-			s.takeWake()
-			s.woke = true
-			continue
-		}
-		ready(fd, s.evs[i].Events)
-		k++
+		ready(int(s.evs[i].Fd), s.evs[i].Events)
 	}
-	return k, nil
+	return n, nil
 }
 
-// takeWake empties the eventfd, then lets the next Wake write again: a
-// Wake in between finds woken still set and writes nothing, which is
-// safe because its caller queued its work before it, and the owner looks
-// at its queues after this.
-func (s *WaitSet) takeWake() {
-	var b [8]byte
-	_, _ = unix.Read(s.efd, b[:])
-	s.woken.Store(false)
-}
-
-var wakeOne = [8]byte{1}
-
-// Wake ends a Wait in progress, or the next one if none is. Wakes that
-// come before the owner has taken the last cost no system call.
-func (s *WaitSet) Wake() {
-	if s.woken.CompareAndSwap(false, true) {
-		_, _ = unix.Write(s.efd, wakeOne[:])
-	}
-}
+// Wake ends a Wait in progress, or the next one if none is: it moves the
+// set's read deadline to the past, which readies the waiting goroutine in
+// the runtime itself, with no system call (an eventfd member would cost
+// one here and a netpoller pass there).
+func (s *WaitSet) Wake() { wakeFile(s.f, &s.wake) }
 
 // Close closes the set (not its members).
-func (s *WaitSet) Close() error {
-	unix.Close(s.efd)
-	return s.f.Close()
-}
+func (s *WaitSet) Close() error { return s.f.Close() }
 
 // rawFD is Poller.PollFD for a file on the netpoller: the descriptor, read
 // through rc so the file is not switched to blocking mode (os.File.Fd
