@@ -248,6 +248,7 @@ func (q *QP) RunRecv() bool {
 	rs := &q.rcv
 	s := rs.sync()
 	if s.attr.State == StateErr {
+		rs.sendPendingAck(s)
 		rs.flush()
 		return false
 	}
@@ -256,6 +257,21 @@ func (q *QP) RunRecv() bool {
 	rs.flushTx()
 	q.pubRecvPSN.Store(uint32(rs.psn))
 	return len(rs.respQ) > 0
+}
+
+// sendPendingAck sends the coalesced ACK still waiting as the QP enters
+// ERR: the requests it acknowledges were executed and completed, and the
+// application may already have acted on their completions (a disconnect
+// is what moves a QP to ERR), so the requester must learn of them rather
+// than retry into a QP that no longer answers. Nothing else queued is
+// sent in ERR.
+func (rs *recvSide) sendPendingAck(s *qpSnap) {
+	if !rs.ackPending {
+		return
+	}
+	rs.ackPending = false
+	rs.emit(&rs.ack, nil, 0, s)
+	rs.flushTx()
 }
 
 func (rs *recvSide) flush() {

@@ -725,3 +725,43 @@ func TestAcksOfABatchCoalesce(t *testing.T) {
 		}
 	}
 }
+
+// A request the responder has executed and completed is acknowledged even
+// if the QP goes to ERR before its coalesced ACK left: the receive
+// completion is already the application's (it may react to it, e.g. by
+// disconnecting, which moves the QP to ERR), and a requester left without
+// the ACK would retry into a QP that no longer answers.
+func TestPendingAckLeavesWhenQPGoesToErr(t *testing.T) {
+	p := newPair(t, 17, tt.Options{})
+	dst := p.buf(t, p.b, 64, 0x3000)
+	if err := p.b.PostRecv(&transport.RecvWR{ID: 9, SGL: []transport.SGE{dst.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	p.net.Run(func() bool { return p.net.InFlight() == 0 }, 1<<16)
+	var acked []uint32
+	p.net.Tap = func(f *tt.Frame) {
+		if f.Pkt.AETH != nil && f.Pkt.BTH.Opcode() == wire.RCAcknowledge && wire.SyndromeType(f.Pkt.AETH.Syndrome()) == wire.AETHAck {
+			acked = append(acked, f.Pkt.BTH.PSN())
+		}
+	}
+	f := wire.PacketFields{BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey,
+		DestQP: p.b.QP.QPN(), AckReq: true, PSN: 0}}
+	buf := make([]byte, f.EncodedLen())
+	f.Encode(buf)
+	var rx transport.RxPacket
+	if err := rx.Parse(buf); err != nil {
+		t.Fatal(err)
+	}
+	p.b.QP.HandleRequest(&rx)
+	if wc := tt.Poll(p.b.RecvCQ); len(wc) != 1 || wc[0].Status != transport.WCSuccess || wc[0].WRID != 9 {
+		t.Fatalf("receive completion %+v", wc)
+	}
+	if err := p.b.QP.Modify(&transport.QPAttr{State: transport.StateErr}, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	p.b.QP.RunRecv()
+	_ = p.net.Run(func() bool { return len(acked) > 0 }, 1<<16) // ErrStalled if no ACK ever leaves
+	if len(acked) != 1 || acked[0] != 0 {
+		t.Fatalf("ACKs for PSNs %v, want one for PSN 0", acked)
+	}
+}
