@@ -35,7 +35,7 @@ func TestCmtimeTwoDaemons(t *testing.T) {
 	}
 	for round := range 3 {
 		var o, e bytes.Buffer
-		err := run(ctx, []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "-c", "50"}, &o, &e)
+		err := run(ctx, []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "-c", "100"}, &o, &e)
 		if err != nil {
 			t.Fatalf("round %d: %v\n%s%s\nserver:\n%s", round, err, o.String(), e.String(), srvOut.String())
 		}
