@@ -48,6 +48,16 @@ func Reg(pd *verbs.PD, n int, access verbs.Access) (*verbs.MR, error) {
 	return pd.RegMRRange(b, 0, uint64(n), b.Addr(), access)
 }
 
+// WCError is a completion in error.
+type WCError struct {
+	Status verbs.WCStatus
+	Opcode verbs.WCOpcode
+}
+
+func (e *WCError) Error() string {
+	return fmt.Sprintf("completion status %d (%v) opcode %v", e.Status, e.Status, e.Opcode)
+}
+
 // Completions waits for n successful completions on cq (made with events),
 // sleeping on the CQ's event rather than spinning. A completion in error
 // ends the wait with its status; so does a DISCONNECTED on conn's events
@@ -58,7 +68,7 @@ func Completions(ctx context.Context, cq *verbs.CQ, n int, conn *verbs.Conn) err
 		got := cq.Poll(wc[:min(len(wc), n-done)])
 		for _, w := range wc[:got] {
 			if w.Status != verbs.WCSuccess {
-				return fmt.Errorf("completion status %d (%v) opcode %v", w.Status, w.Status, w.Opcode)
+				return &WCError{Status: w.Status, Opcode: w.Opcode}
 			}
 		}
 		if done += got; got > 0 || done == n {
@@ -74,7 +84,7 @@ func Completions(ctx context.Context, cq *verbs.CQ, n int, conn *verbs.Conn) err
 		}
 		if got = cq.Poll(wc[:1]); got == 1 {
 			if wc[0].Status != verbs.WCSuccess {
-				return fmt.Errorf("completion status %d (%v) opcode %v", wc[0].Status, wc[0].Status, wc[0].Opcode)
+				return &WCError{Status: wc[0].Status, Opcode: wc[0].Opcode}
 			}
 			done++
 			continue
