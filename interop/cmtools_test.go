@@ -2,7 +2,9 @@ package interop_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,6 +28,62 @@ func cmBed(t *testing.T) (*rxepeer.Netns, *rxepeer.VM, *daemon) {
 		t.Fatal(err)
 	}
 	return n, vm, d
+}
+
+// checkCMDone: once the tools are done, the daemon's rdma_cm table
+// (`vrnicctl cm --json`) holds listeners and connections in TIMEWAIT at
+// most; the disconnects all completed and nothing leaked.
+func checkCMDone(t *testing.T, d *daemon) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, d.tools.vrnicctl, "cm", "--json", "--socket", d.socket).Output()
+	if err != nil {
+		t.Fatalf("vrnicctl cm --json: %v", err)
+	}
+	var entries []struct {
+		State    string `json:"state"`
+		Listener bool   `json:"listener"`
+	}
+	if err := json.Unmarshal(out, &entries); err != nil {
+		t.Fatalf("vrnicctl cm --json: %v: %q", err, out)
+	}
+	left := map[string]int{}
+	for _, e := range entries {
+		if !e.Listener && e.State != "TIMEWAIT" {
+			left[e.State]++
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("connections left in the daemon's CM table: %v\n%s", left, out)
+	}
+}
+
+// cmCount reads the daemon's counters (for cmCounted).
+func cmCount(t *testing.T, d *daemon) map[string]uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := d.counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cmCounted: since before, QP1 carried at least n of each named CM MAD
+// (the connections really went through the daemon's CM; a lost MAD's
+// retransmission may add some).
+func cmCounted(t *testing.T, d *daemon, before map[string]uint64, n uint64, names ...string) {
+	t.Helper()
+	after := cmCount(t, d)
+	got := map[string]uint64{}
+	for _, k := range names {
+		if got[k] = after[k] - before[k]; got[k] < n {
+			t.Errorf("%s: %d CM MADs, want at least %d (all: %v)", k, got[k], n, got)
+		}
+	}
+	t.Logf("CM MADs: %v", got)
 }
 
 // retryWhile runs a client again while its output says the server does
@@ -74,6 +132,7 @@ func TestInteropUcmatose(t *testing.T) {
 		t.Run(fmt.Sprintf("kernel-server/%d", tc.size), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
+			before := cmCount(t, d)
 			job := vm.StartTimeout(fmt.Sprintf("ucmatose -b %s %s", guest, args), 110*time.Second)
 			defer job.Kill()
 			so, se, exit, err := retryWhile(ctx, "REJECTED, error: 8", func() (string, string, int, error) {
@@ -86,10 +145,13 @@ func TestInteropUcmatose(t *testing.T) {
 			}
 			checkSequence(t, "vrnic-ucmatose (client)", so, ucmatoseClientLines)
 			checkSequence(t, "kernel ucmatose (server)", ko, ucmatoseServerLines)
+			checkCMDone(t, d)
+			cmCounted(t, d, before, uint64(tc.conns), "cm_tx_req", "cm_rx_rep", "cm_tx_rtu", "cm_rx_dreq", "cm_tx_drep")
 		})
 		t.Run(fmt.Sprintf("kernel-client/%d", tc.size), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 			defer cancel()
+			before := cmCount(t, d)
 			p := startTool(t, n, append([]string{d.tools.ucmatose, "--socket", d.socket, "-b", ours}, strings.Fields(args)...)...)
 			defer p.kill()
 			ko, ke, kexit, kerr := retryWhile(ctx, "REJECTED, error: 8", func() (string, string, int, error) {
@@ -101,6 +163,8 @@ func TestInteropUcmatose(t *testing.T) {
 			}
 			checkSequence(t, "kernel ucmatose (client)", ko, ucmatoseClientLines)
 			checkSequence(t, "vrnic-ucmatose (server)", so, ucmatoseServerLines)
+			checkCMDone(t, d)
+			cmCounted(t, d, before, uint64(tc.conns), "cm_rx_req", "cm_tx_rep", "cm_rx_rtu", "cm_tx_dreq", "cm_rx_drep")
 		})
 	}
 }
@@ -126,6 +190,7 @@ func TestInteropRdmaServerClient(t *testing.T) {
 		}
 		checkSequence(t, "vrnic-rdma-client", so, []string{"rdma_client: start", "rdma_client: end 0"})
 		checkSequence(t, "kernel rdma_server", ko, []string{"rdma_server: start", "rdma_server: end 0"})
+		checkCMDone(t, d)
 	})
 	t.Run("kernel-client", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -143,6 +208,7 @@ func TestInteropRdmaServerClient(t *testing.T) {
 		}
 		checkSequence(t, "kernel rdma_client", ko, []string{"rdma_client: start", "rdma_client: end 0"})
 		checkSequence(t, "vrnic-rdma-server", so, []string{"rdma_server: start", "rdma_server: end 0"})
+		checkCMDone(t, d)
 	})
 }
 
@@ -174,6 +240,7 @@ func TestInteropCmtime(t *testing.T) {
 	t.Run("kernel-server", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
+		before := cmCount(t, d)
 		job := vm.StartTimeout("cmtime -b "+guest, 290*time.Second)
 		defer job.Kill()
 		for round := range rounds {
@@ -191,10 +258,13 @@ func TestInteropCmtime(t *testing.T) {
 			ko, ke := job.Output()
 			t.Fatalf("kernel cmtime server ended:\n%s%s", ko, ke)
 		}
+		checkCMDone(t, d)
+		cmCounted(t, d, before, rounds*conns, "cm_tx_req", "cm_rx_rep", "cm_tx_rtu", "cm_tx_dreq", "cm_rx_drep")
 	})
 	t.Run("kernel-client", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
+		before := cmCount(t, d)
 		p := startTool(t, n, d.tools.cmtime, "--socket", d.socket, "-b", ours)
 		defer p.kill()
 		time.Sleep(time.Second) // vrnic-cmtime listens
@@ -213,5 +283,7 @@ func TestInteropCmtime(t *testing.T) {
 		if p.exited() || p.stdout.String() != "" {
 			t.Fatalf("vrnic-cmtime server: exited %v, output:\n%s%s", p.exited(), p.stdout.String(), p.stderr.String())
 		}
+		checkCMDone(t, d)
+		cmCounted(t, d, before, rounds*conns, "cm_rx_req", "cm_tx_rep", "cm_rx_rtu", "cm_rx_dreq", "cm_tx_drep")
 	})
 }
