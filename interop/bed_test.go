@@ -25,7 +25,8 @@ import (
 // guests' bridge, and its tools (vrnic-pingpong, vrnic-perf, vrnicctl) as
 // the kernel tools' counterparts. They are built once per test binary.
 type toolSet struct {
-	vrnicd, vrnicctl, pingpong, perf, rping string
+	vrnicd, vrnicctl, pingpong, perf, rping  string
+	ucmatose, cmtime, rdmaServer, rdmaClient string
 }
 
 var (
@@ -48,9 +49,16 @@ func buildTools(t testing.TB) toolSet {
 			pingpong: filepath.Join(toolsDir, "vrnic-pingpong"),
 			perf:     filepath.Join(toolsDir, "vrnic-perf"),
 			rping:    filepath.Join(toolsDir, "vrnic-rping"),
+			ucmatose: filepath.Join(toolsDir, "vrnic-ucmatose"),
+			cmtime:   filepath.Join(toolsDir, "vrnic-cmtime"),
+
+			rdmaServer: filepath.Join(toolsDir, "vrnic-rdma-server"),
+			rdmaClient: filepath.Join(toolsDir, "vrnic-rdma-client"),
 		}
 		for out, pkg := range map[string]string{theTools.vrnicd: "vrnicd", theTools.vrnicctl: "vrnicctl",
-			theTools.pingpong: "vrnic-pingpong", theTools.perf: "vrnic-perf", theTools.rping: "vrnic-rping"} {
+			theTools.pingpong: "vrnic-pingpong", theTools.perf: "vrnic-perf", theTools.rping: "vrnic-rping",
+			theTools.ucmatose: "vrnic-ucmatose", theTools.cmtime: "vrnic-cmtime", theTools.rdmaServer: "vrnic-rdma-server",
+			theTools.rdmaClient: "vrnic-rdma-client"} {
 			b, err := exec.Command("go", "build", "-o", out, "github.com/vrnic/vrnicd/cmd/"+pkg).CombinedOutput()
 			if err != nil {
 				toolsErr = fmt.Errorf("go build cmd/%s: %v\n%s", pkg, err, b)

@@ -100,6 +100,12 @@ var ErrUnreachable = &verbsock.Error{Op: verbsock.OpCMConnect, Errno: syscall.ET
 // reads) is dropped.
 const cmEventQueue = 64
 
+// listenBacklog is the buffer of each listener's connect requests, as
+// rdma_listen(id, 0)'s backlog: the kernel's default (rdma_ucm
+// max_backlog, 1024), the daemon's per-client bound on connections as
+// well. A request past it is rejected rather than left unanswered.
+const listenBacklog = 1024
+
 type cmState struct {
 	mu       sync.Mutex
 	next     uint64
@@ -131,7 +137,7 @@ type Listener struct {
 // the device) for rdma_cm connect requests of the TCP port space
 // (rdma_create_id(RDMA_PS_TCP) + rdma_bind_addr + rdma_listen).
 func (d *Device) Listen(addr netip.AddrPort) (*Listener, error) {
-	l := &Listener{d: d, events: make(chan CMEvent, cmEventQueue)}
+	l := &Listener{d: d, events: make(chan CMEvent, listenBacklog)}
 	l.ctx = d.cm.add(l)
 	req := verbsock.CMListenReq{Context: l.ctx, Port: addr.Port()}
 	if a := addr.Addr(); a.IsValid() && !a.IsUnspecified() {
@@ -361,6 +367,13 @@ func (d *Device) deliverCM(p []byte) {
 		select {
 		case ch <- ev:
 		default: // nobody reads this connection's events
+			if ev.Conn != nil {
+				// A connect request past the backlog: refuse it (REJ)
+				// so the peer does not wait for an answer that never
+				// comes. Not on the reader's goroutine, which the
+				// call's response needs.
+				go ev.Conn.Reject(nil)
+			}
 		}
 	}
 }
