@@ -260,6 +260,16 @@ func (q *QP) post(send bool, f func() error) error {
 	return err
 }
 
+// Quiesce returns once the QP's worker has run both its sides and handed
+// what that produced to the link. After a move to ERR, the ACK owed for
+// what the QP already completed is then on the wire before the caller
+// sends anything about the QP itself: the CM agent's DREQ or DREP must not
+// overtake it, or the peer flushes a SEND whose receive completed here.
+func (q *QP) Quiesce() {
+	q.w.run(call{q: q, send: true, recv: true, f: func() {}})
+	q.w.run(call{f: func() {}}) // taken after the pass above has flushed
+}
+
 // Destroy moves the QP to ERR, lets its worker flush both sides and drop
 // it, and removes the QP from the device.
 func (q *QP) Destroy() {

@@ -356,7 +356,20 @@ func (a *Agent) modify(m cm.QPModify) error {
 	default:
 		return fmt.Errorf("cmagent: QP state %v", m.State)
 	}
-	return q.Modify(&attr, mask)
+	if m.State != cm.QPStateErr {
+		return q.Modify(&attr, mask)
+	}
+	// A disconnect must not overtake the QP's own traffic (nic.QP.Quiesce;
+	// the worker never waits on the agent). Before the move: what reached
+	// the QP ahead of the DREQ (the ACK of our last SEND) is handled, not
+	// flushed. After it: the ACKs the QP owes leave before our DREQ or
+	// DREP.
+	q.Quiesce()
+	if err := q.Modify(&attr, mask); err != nil {
+		return err
+	}
+	q.Quiesce()
+	return nil
 }
 
 // accessOf is the CM's remote access as the transport's (the same ibverbs bits).
