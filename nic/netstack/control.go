@@ -61,8 +61,8 @@ func (s *Stack) arpInput(f []byte) {
 		copy(p[14:18], a[24:28]) // the address asked for
 		copy(p[18:24], sha[:])
 		copy(p[24:28], a[14:18])
-		s.write(r)
 		s.ctr.ARPRepliesOut.Add(1)
+		s.write(r)
 	case 2:
 		s.ctr.ARPRepliesIn.Add(1)
 		if learn {
@@ -97,8 +97,8 @@ func (s *Stack) icmp4Input(f, ip []byte, ihl int) {
 	h.SetTTL(64)
 	h.UpdateChecksum()
 	s.ethHeader(f, [6]byte(f[6:12]), 0x0800)
-	s.write(f)
 	s.ctr.EchoReplies.Add(1)
+	s.write(f)
 }
 
 // icmp6Input handles echo, NS and NA. mine says dst is one of our unicast
@@ -126,8 +126,8 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 		h.SetHopLimit(64)
 		m.UpdateChecksum(dst, src)
 		s.ethHeader(f, [6]byte(f[6:12]), 0x86dd)
-		s.write(f)
 		s.ctr.EchoReplies.Add(1)
+		s.write(f)
 	case wire.ICMPv6NeighborSolicit:
 		s.nsInput(f, h, m, src, dst)
 	case wire.ICMPv6NeighborAdvert:
@@ -242,8 +242,8 @@ func (s *Stack) sendNA(target, dst netip.Addr, mac [6]byte, solicited bool) {
 	m.SetTarget(target.As16())
 	wire.PutNDLinkAddr(m.NDOptions(), wire.NDOptTargetLinkAddr, s.mac)
 	m.UpdateChecksum(target, dst)
-	s.write(f)
 	s.ctr.NDAdvertsOut.Add(1)
+	s.write(f)
 }
 
 // sendSolicit sends an ARP request or an NS for p.ip: broadcast/solicited-
@@ -261,8 +261,8 @@ func (s *Stack) sendSolicit(p probe) {
 			to = p.mac
 		}
 		s.arpRequest(f, to, src, p.ip)
-		s.write(f)
 		s.ctr.ARPRequestsOut.Add(1)
+		s.write(f)
 		return
 	}
 	dst, mac := solicitedNode(p.ip), multicastMAC(solicitedNode(p.ip))
@@ -274,8 +274,8 @@ func (s *Stack) sendSolicit(p probe) {
 	m.SetTarget(p.ip.As16())
 	wire.PutNDLinkAddr(m.NDOptions(), wire.NDOptSourceLinkAddr, s.mac)
 	m.UpdateChecksum(src, dst)
-	s.write(f)
 	s.ctr.NDSolicitsOut.Add(1)
+	s.write(f)
 }
 
 func (s *Stack) arpRequest(f []byte, to [6]byte, spa, tpa netip.Addr) {
@@ -310,8 +310,8 @@ func (s *Stack) announce() {
 		if a.Is4() {
 			f := make([]byte, minFrame)
 			s.arpRequest(f, broadcastMAC, a, a)
-			s.write(f)
 			s.ctr.ARPRequestsOut.Add(1)
+			s.write(f)
 		} else {
 			s.sendNA(a, allNodes, multicastMAC(allNodes), false)
 		}

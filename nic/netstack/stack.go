@@ -429,7 +429,9 @@ func (s *Stack) Close() error {
 	return nil
 }
 
-// write sends control frames (ARP, ND, echo replies).
+// write sends control frames (ARP, ND, echo replies). Callers count a
+// frame before they write it: whoever sees the frame on the wire then
+// finds it counted (TestEcho read EchoReplies one short now and then).
 func (s *Stack) write(frames ...[]byte) {
 	n, err := s.link.Write(frames, 0)
 	s.ctr.FramesOut.Add(uint64(n))
