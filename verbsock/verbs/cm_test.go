@@ -200,13 +200,22 @@ func TestCMClientGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	accepted := make(chan error, 1)
 	go func() {
-		if c, _, err := l.Accept(ctx); err == nil {
-			_ = c.Accept(ctx, ce.b.qp, verbs.ConnParams{})
+		c, _, err := l.Accept(ctx)
+		if err == nil {
+			err = c.Accept(ctx, ce.b.qp, verbs.ConnParams{})
 		}
+		accepted <- err
 	}()
 	c, err := ce.cli.Dial(ctx, ce.serverAddr(7174), ce.a.qp, verbs.ConnParams{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The passive side must have the RTU first: a client that goes while
+	// its connection is in REP-sent is a REJ 28 (as cm_destroy_id does),
+	// not a DREQ.
+	if err := <-accepted; err != nil {
 		t.Fatal(err)
 	}
 	ce.srv.Close()
