@@ -53,7 +53,8 @@ type Event struct {
 // agent's lock held: it must not block nor call the Agent. It returns false
 // to refuse a connect request (its consumer has no room for it): the agent
 // rejects it (REJ reason 28, as rdma_cm does when a listener's handler
-// fails). For other events the result does not matter.
+// fails; a SIDR request gets SIDR_REP status "rejected"). For other events
+// the result does not matter.
 type Handler func(Event) bool
 
 // Counters count what the agent itself did; the Table's are in
@@ -294,9 +295,16 @@ func (a *Agent) deliver(ev cm.Event) {
 	if h == nil {
 		return
 	}
-	if !h(Event{Event: ev, Conn: c}) && ev.Kind == cm.EventConnectRequest && live {
+	if h(Event{Event: ev, Conn: c}) || !live {
+		return
+	}
+	switch ev.Kind {
+	case cm.EventConnectRequest:
 		delete(a.conns, ev.ID)
 		_ = a.tab.Reject(ev.ID, mad.RejConsumerDefined, nil, nil, &a.out)
+	case cm.EventSIDRRequest:
+		delete(a.conns, ev.ID)
+		_ = a.rejectSIDR(ev.ID, nil, &a.out)
 	}
 }
 

@@ -187,9 +187,13 @@ func (a *Agent) Accept(id uint32, qp *nic.QP, p ConnParams, h Handler) error {
 }
 
 // Reject refuses connect request id as rdma_reject does: REJ reason 28
-// "consumer defined" with the private data.
+// "consumer defined" with the private data; a SIDR request gets a SIDR_REP
+// with status "rejected" instead.
 func (a *Agent) Reject(id uint32, priv []byte) error {
 	return a.call(id, func(out *cm.Output) error {
+		if a.isSIDRRequest(id) {
+			return a.rejectSIDR(id, priv, out)
+		}
 		return a.tab.Reject(id, mad.RejConsumerDefined, nil, priv, out)
 	})
 }
