@@ -47,6 +47,7 @@ type Config struct {
 type Event struct {
 	cm.Event
 	Conn cm.Conn
+	UD   *UDRoute // a UD resolution's (ResolveUD) events
 }
 
 // Handler takes the events of a listener or connection. It runs with the
@@ -83,6 +84,7 @@ type Agent struct {
 	out    cm.Output
 	lis    map[uint64]Handler
 	conns  map[uint32]Handler
+	ud     map[uint32]UDRoute        // UD resolutions waiting for their SIDR_REP
 	local  map[netip.Addr]netip.Addr // peer -> our address it talks to (learned from REQs and Connect)
 	closed bool
 }
@@ -112,7 +114,7 @@ func New(dev *nic.Device, cfg Config) *Agent {
 	}
 	a := &Agent{dev: dev, clock: cfg.Clock, log: cfg.Log, rx: make(chan nic.MAD, cfg.RxQueue),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		tab: cm.NewTable(cfg.CM, cfg.Clock), lis: map[uint64]Handler{}, conns: map[uint32]Handler{},
+		tab: cm.NewTable(cfg.CM, cfg.Clock), lis: map[uint64]Handler{}, conns: map[uint32]Handler{}, ud: map[uint32]UDRoute{},
 		local: map[netip.Addr]netip.Addr{}, resolveTimeout: cfg.ResolveTimeout}
 	dev.SetCMHandler(a.input)
 	a.wg.Add(1)
@@ -292,10 +294,17 @@ func (a *Agent) deliver(ev cm.Event) {
 	if !live {
 		delete(a.conns, ev.ID)
 	}
+	var ud *UDRoute
+	if r, ok := a.ud[ev.ID]; ok {
+		ud = &r
+		if !live {
+			delete(a.ud, ev.ID)
+		}
+	}
 	if h == nil {
 		return
 	}
-	if h(Event{Event: ev, Conn: c}) || !live {
+	if h(Event{Event: ev, Conn: c, UD: ud}) || !live {
 		return
 	}
 	switch ev.Kind {

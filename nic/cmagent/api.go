@@ -210,6 +210,7 @@ func (a *Agent) Release(id uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.conns, id)
+	delete(a.ud, id)
 }
 
 // Conn is a copy of connection id.

@@ -22,22 +22,29 @@ import (
 // the kernel's route for an on-link peer has it (the TTL of its IP route).
 const udHopLimit = 64
 
+// UDRoute is a UD resolution's two ends and the address vector from ours
+// to the peer's.
+type UDRoute struct {
+	Src, Dst netip.AddrPort
+	AV       transport.AddressVector
+}
+
 // ResolveUD sends a SIDR_REQ for the rdma_cm UDP-port-space service at dst
 // from src (address zero: the port's of dst's family; port 0: an
 // ephemeral one), with the cma_hdr and at most cm.SIDRREQUserPrivateLen
 // bytes of priv after it. The answer comes to h as EventSIDRResolved (its
 // SIDR field: status, QPN, Q_Key) or, after the CM retries,
-// EventUnreachable. The address vector returned is the path to the peer a
-// UD sender needs (rdma_cm's event->param.ud.ah_attr).
+// EventUnreachable, both with the UDRoute: its address vector is the path
+// to the peer a UD sender needs (rdma_cm's event->param.ud.ah_attr).
 //
 // The destination's link address is resolved first, as for Connect.
-func (a *Agent) ResolveUD(ctx context.Context, src, dst netip.AddrPort, priv []byte, h Handler) (uint32, transport.AddressVector, error) {
+func (a *Agent) ResolveUD(ctx context.Context, src, dst netip.AddrPort, priv []byte, h Handler) (uint32, UDRoute, error) {
 	from, to, err := a.route(src.Addr(), dst)
 	if err != nil {
-		return 0, transport.AddressVector{}, err
+		return 0, UDRoute{}, err
 	}
 	if err := a.resolve(ctx, to); err != nil {
-		return 0, transport.AddressVector{}, err
+		return 0, UDRoute{}, err
 	}
 	sport := src.Port()
 	if sport == 0 {
@@ -46,23 +53,27 @@ func (a *Agent) ResolveUD(ctx context.Context, src, dst netip.AddrPort, priv []b
 	p := cm.SIDRParams{Src: netip.AddrPortFrom(from, sport), Dst: netip.AddrPortFrom(to, dst.Port()), PrivateData: priv}
 	av, err := a.udPath(p.Src, p.Dst)
 	if err != nil {
-		return 0, transport.AddressVector{}, err
+		return 0, UDRoute{}, err
 	}
+	r := UDRoute{Src: p.Src, Dst: p.Dst, AV: av}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return 0, transport.AddressVector{}, ErrClosed
+		return 0, UDRoute{}, ErrClosed
 	}
 	a.learn(to, from)
 	id, err := a.tab.ResolveSIDR(p, &a.out)
 	if err != nil {
 		a.out.Reset()
-		return 0, transport.AddressVector{}, err
+		return 0, UDRoute{}, err
 	}
 	a.conns[id] = h
+	// Kept for the answer's event: the SIDR_REP may be delivered before
+	// the caller has looked at what this returns.
+	a.ud[id] = r
 	a.flush()
 	a.poke()
-	return id, av, nil
+	return id, r, nil
 }
 
 // route checks dst and picks the source address for it (src when given,

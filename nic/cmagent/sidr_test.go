@@ -40,12 +40,12 @@ func TestSIDRResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	priv := []byte("udaddy")
-	id, av, err := a.ag.ResolveUD(context.Background(), netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 7174), priv, a.handler(t))
+	id, route, err := a.ag.ResolveUD(context.Background(), netip.AddrPort{}, netip.AddrPortFrom(hb.Addr, 7174), priv, a.handler(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if av.DGID != cm.GIDFromAddr(hb.Addr) || av.HopLimit == 0 || av.Port != 1 {
-		t.Fatalf("address vector %+v", av)
+	if av := route.AV; av.DGID != cm.GIDFromAddr(hb.Addr) || av.HopLimit == 0 || av.Port != 1 || route.Src.Addr() != ha.Addr {
+		t.Fatalf("route %+v", route)
 	}
 	req := b.next(t, cm.EventSIDRRequest)
 	if r := req.Request; r == nil || r.Src.Addr() != ha.Addr || r.Dst != netip.AddrPortFrom(hb.Addr, 7174) ||
@@ -58,7 +58,7 @@ func TestSIDRResolve(t *testing.T) {
 	}
 	ev := a.next(t, cm.EventSIDRResolved)
 	if ev.ID != id || ev.SIDR == nil || ev.SIDR.Status != mad.SIDRValid || ev.SIDR.QPN != qp.QPN() || ev.SIDR.QKey != cm.UDPQKey ||
-		!bytes.HasPrefix(ev.PrivateData, []byte("welcome")) {
+		!bytes.HasPrefix(ev.PrivateData, []byte("welcome")) || ev.UD == nil || *ev.UD != route {
 		t.Fatalf("resolved %+v, SIDR %+v", ev.Event, ev.SIDR)
 	}
 	if e, st := ev.RDMACMEvent(); e != cm.RDMACMEventEstablished || st != 0 {
