@@ -18,6 +18,9 @@ import (
 // Conn.Reject. Nothing is connected: the UD QPs send to each other through
 // address handles.
 
+// PortSpaceUDP is RDMA_PS_UDP, the rdma_cm port space of UD over SIDR.
+const PortSpaceUDP = verbsock.PortSpaceUDP
+
 // UDQKey is the Q_Key rdma_cm gives every UD QP of RDMA_PS_UDP
 // (RDMA_UDP_QKEY); ReadyUD sets it, and a kernel peer expects it.
 const UDQKey = 0x01234567
