@@ -68,7 +68,7 @@ func (c *conn) cmAcceptUD(a *cmagent.Agent, r *verbsock.CMAcceptUDReq) error {
 		return errf(syscall.EINVAL, "%d bytes of private data, room for %d", r.PrivateLen, len(r.Private))
 	}
 	return c.cmWithConn(r.Conn, func(cn *cmConn) error {
-		if !cn.ud {
+		if !cn.ud || cn.listener == 0 { // a connection, or our own resolution
 			return errf(syscall.EINVAL, "rdma_cm connection %d is not a SIDR request", r.Conn)
 		}
 		if err := a.AcceptUD(cn.id, o.qp.Load(), r.Private[:r.PrivateLen]); err != nil {
