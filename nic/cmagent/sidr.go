@@ -76,28 +76,6 @@ func (a *Agent) ResolveUD(ctx context.Context, src, dst netip.AddrPort, priv []b
 	return id, r, nil
 }
 
-// route checks dst and picks the source address for it (src when given,
-// which must be ours).
-func (a *Agent) route(src netip.Addr, dst netip.AddrPort) (from, to netip.Addr, err error) {
-	to = dst.Addr().Unmap()
-	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() || dst.Port() == 0 {
-		return from, to, fmt.Errorf("%w: destination %v", ErrAddr, dst)
-	}
-	from = src.Unmap()
-	if !from.IsValid() || from.IsUnspecified() {
-		var ok bool
-		if from, ok = a.dev.SourceFor(to); !ok {
-			return from, to, fmt.Errorf("%w: no address of %v's family", ErrAddr, to)
-		}
-	} else if _, ok := a.dev.GIDs().IndexOf(from); !ok {
-		return from, to, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
-	}
-	if from.Is4() != to.Is4() {
-		return from, to, fmt.Errorf("%w: %v cannot reach %v", ErrAddr, from, to)
-	}
-	return from, to, nil
-}
-
 // udPath is the address vector from src to dst: the GIDs are the
 // addresses, the flow label rdma_cm's hash of the ports (so the RoCEv2
 // source port is what a kernel sender on the same route would use).
