@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -172,9 +173,11 @@ const GRHLen = 40
 // ibv_init_ah_from_wc makes it: grh is the receive buffer's first GRHLen
 // bytes, which RoCEv2 fills with the IPv6 header, or with the IPv4 header
 // in its last 20 bytes. The destination GID is the sender's address, the
-// source GID the table entry of the address it was sent to.
+// source GID the table entry of the address it was sent to; the traffic
+// class and flow label are the received ones, the hop limit 255 (the
+// received one has been spent on the way).
 func (d *Device) AHFromGRH(grh []byte) (AHAttr, error) {
-	src, dst, hop, tc, ok := parseGRH(grh)
+	g, ok := parseGRH(grh)
 	if !ok {
 		return AHAttr{}, verr(verbsock.OpCreateAH, syscall.EINVAL, "no IPv4 or IPv6 header in the GRH")
 	}
@@ -182,29 +185,34 @@ func (d *Device) AHFromGRH(grh []byte) (AHAttr, error) {
 	if err != nil {
 		return AHAttr{}, err
 	}
-	want := GIDFromAddr(dst)
+	want := GIDFromAddr(g.dst)
 	for i := range int(p.GIDTblLen) {
-		if g, err := d.QueryGID(1, i); err == nil && g == want {
-			return AHAttr{DGID: GIDFromAddr(src), SGIDIndex: uint8(i), HopLimit: hop, TrafficClass: tc, Port: 1}, nil
+		if id, err := d.QueryGID(1, i); err == nil && id == want {
+			return AHAttr{DGID: GIDFromAddr(g.src), SGIDIndex: uint8(i), HopLimit: 0xFF, TrafficClass: g.tc,
+				FlowLabel: g.flow, Port: 1}, nil
 		}
 	}
-	return AHAttr{}, verr(verbsock.OpCreateAH, syscall.EINVAL, "%v is not one of the device's addresses", dst)
+	return AHAttr{}, verr(verbsock.OpCreateAH, syscall.EINVAL, "%v is not one of the device's addresses", g.dst)
 }
 
-// parseGRH reads the two addresses, the hop limit (the kernel answers with
-// the one it would use itself, 64, not the received one, which has been
-// decremented on a routed path) and the traffic class of a received GRH.
-func parseGRH(grh []byte) (src, dst netip.Addr, hop, tc uint8, ok bool) {
+// grhFields are what a reply's address vector takes from a received GRH.
+type grhFields struct {
+	src, dst netip.Addr
+	tc       uint8
+	flow     uint32
+}
+
+func parseGRH(grh []byte) (grhFields, bool) {
 	if len(grh) < GRHLen {
-		return src, dst, 0, 0, false
+		return grhFields{}, false
 	}
 	if ip := grh[20:40]; ip[0]>>4 == 4 {
-		src, dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
-		return src, dst, 64, ip[1], true
+		return grhFields{src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])), tc: ip[1]}, true
 	}
 	if grh[0]>>4 == 6 {
-		src, dst = netip.AddrFrom16([16]byte(grh[8:24])), netip.AddrFrom16([16]byte(grh[24:40]))
-		return src, dst, 64, grh[0]<<4 | grh[1]>>4, true
+		w := binary.BigEndian.Uint32(grh)
+		return grhFields{src: netip.AddrFrom16([16]byte(grh[8:24])), dst: netip.AddrFrom16([16]byte(grh[24:40])),
+			tc: uint8(w >> 20), flow: w & 0xFFFFF}, true
 	}
-	return src, dst, 0, 0, false
+	return grhFields{}, false
 }

@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -145,5 +146,44 @@ func TestCMResolveUDRefused(t *testing.T) {
 	}
 	if _, err := ce.cli.ResolveUD(ctx, ce.serverAddr(7174), make([]byte, verbs.ResolveUDPrivateLen+1)); err == nil {
 		t.Fatal("oversized private data taken")
+	}
+}
+
+// TestAHFromGRH: a reply's address vector from an IPv6 GRH (the RoCEv2
+// GID at index 0, link-local) and an IPv4 one (the header in the last 20
+// bytes); a GRH to an address not ours, or with no IP header, is refused.
+func TestAHFromGRH(t *testing.T) {
+	ce := newCMEnv(t)
+	d := ce.srv
+	ll, err := d.QueryGID(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g6 [verbs.GRHLen]byte
+	binary.BigEndian.PutUint32(g6[:], 6<<28|0x12<<20|0xABCDE)
+	peer := netip.MustParseAddr("fe80::5054:ff:fe00:1")
+	copy(g6[8:24], peer.AsSlice())
+	copy(g6[24:40], ll[:])
+	ah, err := d.AHFromGRH(g6[:])
+	if err != nil || ah.DGID != verbs.GIDFromAddr(peer) || ah.SGIDIndex != 0 || ah.TrafficClass != 0x12 || ah.FlowLabel != 0xABCDE || ah.HopLimit != 0xFF {
+		t.Fatalf("IPv6 GRH: %+v %v", ah, err)
+	}
+	var g4 [verbs.GRHLen]byte
+	g4[20], g4[21] = 0x45, 0x08
+	copy(g4[32:36], ce.ds[0].Host.Addr.AsSlice())
+	copy(g4[36:40], ce.ds[1].Host.Addr.AsSlice())
+	ah, err = d.AHFromGRH(g4[:])
+	if err != nil || ah.DGID != verbs.GIDFromAddr(ce.ds[0].Host.Addr) || ah.SGIDIndex != ce.ds[1].Host.GIDIndex() || ah.TrafficClass != 0x08 {
+		t.Fatalf("IPv4 GRH: %+v %v", ah, err)
+	}
+	copy(g4[36:40], netip.MustParseAddr("203.0.113.7").AsSlice())
+	if _, err := d.AHFromGRH(g4[:]); err == nil {
+		t.Fatal("GRH to an address not ours taken")
+	}
+	if _, err := d.AHFromGRH(make([]byte, verbs.GRHLen)); err == nil {
+		t.Fatal("GRH without an IP header taken")
+	}
+	if _, err := d.AHFromGRH(g6[:10]); err == nil {
+		t.Fatal("short GRH taken")
 	}
 }
