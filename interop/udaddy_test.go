@@ -21,7 +21,7 @@ var (
 // TestInteropUdaddy: kernel `udaddy` (server) with `vrnic-udaddy -s`
 // (client) and `vrnic-udaddy` (server) with kernel `udaddy -s`: 2 peers
 // resolved by SIDR, 10 messages of 100 bytes and 5 of 1024 each way on
-// each.
+// each; and either client to a port nobody listens on.
 func TestInteropUdaddy(t *testing.T) {
 	n, vm, d := cmBed(t)
 	guest, ours := vm.IP.Addr().String(), d.addr.String()
@@ -67,4 +67,22 @@ func TestInteropUdaddy(t *testing.T) {
 			cmCounted(t, d, before, uint64(tc.conns), "cm_rx_sidr", "cm_tx_sidr")
 		})
 	}
+	// Nobody listens on the port: the CM on either side answers SIDR
+	// status 1 ("service ID not supported"), which udaddy reports as
+	// UNREACHABLE and returns.
+	t.Run("no-listener", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		want := "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1"
+		ko, ke, kexit, kerr := vm.Exec(ctx, "udaddy -s "+ours)
+		if kerr != nil || kexit == 0 || !strings.Contains(ko, want) {
+			t.Errorf("kernel udaddy -s to vrnicd: exit %d %v\n%s%s", kexit, kerr, ko, ke)
+		}
+		p := startTool(t, n, d.tools.udaddy, "--socket", d.socket, "-s", guest)
+		so, se, exit, err := p.wait(ctx)
+		if err != nil || exit == 0 || !strings.Contains(so, want) || !strings.Contains(so, "return status 1") {
+			t.Errorf("vrnic-udaddy -s to the guest: exit %d %v\n%s%s", exit, err, so, se)
+		}
+		checkCMDone(t, d)
+	})
 }

@@ -277,7 +277,9 @@ func (c *Conn) Accept(ctx context.Context, qp *QP, p ConnParams) error {
 }
 
 // Reject refuses a connect request (REJ reason 28 with privateData, at
-// most RejectPrivateLen bytes) and destroys the connection.
+// most RejectPrivateLen bytes) and destroys the connection. A SIDR request
+// (ListenUD) gets a SIDR_REP with status SIDRRejected instead, with at most
+// AcceptUDPrivateLen bytes.
 func (c *Conn) Reject(privateData []byte) error {
 	if len(privateData) > RejectPrivateLen {
 		return verr(verbsock.OpCMReject, syscall.EINVAL, "%d bytes of private data, room for %d", len(privateData), RejectPrivateLen)
