@@ -20,7 +20,8 @@ build:
 # binaries: the daemon and the tools, in ./bin.
 binaries:
 	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping \
-		./cmd/vrnic-ucmatose ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime $(wildcard ./cmd/vrnic-perf)
+		./cmd/vrnic-ucmatose ./cmd/vrnic-udaddy ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime \
+		$(wildcard ./cmd/vrnic-perf)
 
 # demo: two daemons in two network namespaces, an RC ping-pong, an rping
 # over rdma_cm and an RDMA WRITE bandwidth run between them (root).

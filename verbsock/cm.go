@@ -15,11 +15,14 @@ const (
 	OpCMDisconnect Op = 0x45
 	OpCMDestroy    Op = 0x46
 	OpCMEvent      Op = 0x47 // server → client only, with FlagEvent
+	OpCMResolveUD  Op = 0x48 // UD over SIDR: SIDR_REQ to an RDMA_PS_UDP service
+	OpCMAcceptUD   Op = 0x49 // UD over SIDR: SIDR_REP with a UD QP
 )
 
 var cmOpNames = map[Op]string{
 	OpCMListen: "cm_listen", OpCMUnlisten: "cm_unlisten", OpCMConnect: "cm_connect", OpCMAccept: "cm_accept",
 	OpCMReject: "cm_reject", OpCMDisconnect: "cm_disconnect", OpCMDestroy: "cm_destroy", OpCMEvent: "cm_event",
+	OpCMResolveUD: "cm_resolve_ud", OpCMAcceptUD: "cm_accept_ud",
 }
 
 // Private data sizes rdma_cm gives its consumers over IB/RoCE (cma.c):
@@ -30,7 +33,15 @@ const (
 	CMAcceptPrivateLen  = 196
 	CMRejectPrivateLen  = 148
 	CMPrivateMax        = 196
+
+	// UD over SIDR: a SIDR_REQ has 216 bytes, 180 after the cma_hdr; a
+	// SIDR_REP 136.
+	CMResolveUDPrivateLen = 180
+	CMAcceptUDPrivateLen  = 136
 )
+
+// PortSpaceUDP is RDMA_PS_UDP, the port space of UD over SIDR.
+const PortSpaceUDP = 0x0111
 
 // CMListenReq listens on an rdma_cm port of a port space (0: RDMA_PS_TCP,
 // 0x0106) at Addr (an IPv4-mapped or IPv6 address; all zeros: any of the
@@ -90,6 +101,34 @@ type CMRejectReq struct {
 	Private    [CMRejectPrivateLen]byte
 }
 
+// CMResolveUDReq resolves the UD peer listening on Dst:DstPort (port space
+// 0 or PortSpaceUDP) from Src:SrcPort (as CMConnectReq's) with a SIDR_REQ
+// carrying PrivateLen bytes of Private after the cma_hdr. The answer is an
+// event of the new connection: ESTABLISHED with the peer's QPN, Q_Key and
+// address vector, or UNREACHABLE (status: the SIDR status, or -ETIMEDOUT).
+type CMResolveUDReq struct {
+	Context    uint64
+	Dst        [16]byte
+	Src        [16]byte
+	DstPort    uint16
+	SrcPort    uint16
+	PortSpace  uint16
+	PrivateLen uint8
+	_          uint8
+	Private    [CMResolveUDPrivateLen]byte
+}
+
+// CMAcceptUDReq answers the SIDR request Conn (a CONNECT_REQUEST of a
+// PortSpaceUDP listener) with QP, a UD QP of this connection, and its
+// Q_Key; the request is over then. cm_reject refuses one (SIDR status 2).
+type CMAcceptUDReq struct {
+	Conn       uint32
+	QP         uint32
+	PrivateLen uint8
+	_          [3]byte
+	Private    [CMAcceptUDPrivateLen]byte
+}
+
 // CMEventType is enum rdma_cm_event_type.
 type CMEventType uint32
 
@@ -121,8 +160,11 @@ func (t CMEventType) String() string {
 // CMEventMsg is the payload of OpCMEvent. Conn is the connection's handle
 // (for CONNECT_REQUEST a new one), Listener the listener's for a connect
 // request; Status is rdma_cm's (REJECTED: the REJ reason, UNREACHABLE:
-// -ETIMEDOUT). Peer and Local are the two ends' addresses; the QP fields
-// are what the exchange agreed (the peer's for a connect request).
+// -ETIMEDOUT or a SIDR status). Peer and Local are the two ends' addresses;
+// the QP fields are what the exchange agreed (the peer's for a connect
+// request). A resolved UD peer (ESTABLISHED of cm_resolve_ud, rdma_cm's
+// event->param.ud) has its QPN in RemoteQPN, its Q_Key in QKey and the
+// path to it in AH.
 type CMEventMsg struct {
 	Type       CMEventType
 	Status     int32
@@ -143,6 +185,8 @@ type CMEventMsg struct {
 	PrivateLen uint8
 	_          uint8
 	Private    [CMPrivateMax]byte
+	QKey       uint32
+	AH         AV
 }
 
 func init() {
@@ -154,6 +198,8 @@ func init() {
 		OpCMReject:     spec(mk[CMRejectReq](), mk[Empty](), none, none),
 		OpCMDisconnect: spec(mk[HandleReq](), mk[Empty](), none, none),
 		OpCMDestroy:    spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMResolveUD:  spec(mk[CMResolveUDReq](), mk[CMConnectResp](), none, none),
+		OpCMAcceptUD:   spec(mk[CMAcceptUDReq](), mk[Empty](), none, none),
 	} {
 		s.Name = cmOpNames[op]
 		Specs[op] = s

@@ -229,3 +229,27 @@ func TestReservedBytesMustBeZero(t *testing.T) {
 		t.Fatalf("reserved byte set: %v, want EINVAL", err)
 	}
 }
+
+// TestUDRequestsReservedBytes: cm_resolve_ud's and cm_accept_ud's blank
+// fields are checked like every request's.
+func TestUDRequestsReservedBytes(t *testing.T) {
+	for _, c := range []struct {
+		op  Op
+		v   any
+		off int
+	}{
+		{OpCMResolveUD, &CMResolveUDReq{DstPort: 7174, PortSpace: PortSpaceUDP}, 47},
+		{OpCMAcceptUD, &CMAcceptUDReq{Conn: 1, QP: 2}, 9},
+		{OpCMAcceptUD, &CMAcceptUDReq{Conn: 1, QP: 2}, 11},
+	} {
+		p := Encode(nil, c.v)
+		h := Header{Version: 1, Op: c.op, Length: uint32(len(p))}
+		if _, err := DecodeRequest(h, p, 0); err != nil {
+			t.Fatalf("%v: clean request: %v", c.op, err)
+		}
+		p[c.off] = 1
+		if _, err := DecodeRequest(h, p, 0); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("%v: reserved byte %d set: %v, want EINVAL", c.op, c.off, err)
+		}
+	}
+}

@@ -47,13 +47,15 @@ type Config struct {
 type Event struct {
 	cm.Event
 	Conn cm.Conn
+	UD   *UDRoute // a UD resolution's (ResolveUD) events
 }
 
 // Handler takes the events of a listener or connection. It runs with the
 // agent's lock held: it must not block nor call the Agent. It returns false
 // to refuse a connect request (its consumer has no room for it): the agent
 // rejects it (REJ reason 28, as rdma_cm does when a listener's handler
-// fails). For other events the result does not matter.
+// fails; a SIDR request gets SIDR_REP status "rejected"). For other events
+// the result does not matter.
 type Handler func(Event) bool
 
 // Counters count what the agent itself did; the Table's are in
@@ -82,6 +84,7 @@ type Agent struct {
 	out    cm.Output
 	lis    map[uint64]Handler
 	conns  map[uint32]Handler
+	ud     map[uint32]UDRoute        // UD resolutions waiting for their SIDR_REP
 	local  map[netip.Addr]netip.Addr // peer -> our address it talks to (learned from REQs and Connect)
 	closed bool
 }
@@ -111,7 +114,7 @@ func New(dev *nic.Device, cfg Config) *Agent {
 	}
 	a := &Agent{dev: dev, clock: cfg.Clock, log: cfg.Log, rx: make(chan nic.MAD, cfg.RxQueue),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		tab: cm.NewTable(cfg.CM, cfg.Clock), lis: map[uint64]Handler{}, conns: map[uint32]Handler{},
+		tab: cm.NewTable(cfg.CM, cfg.Clock), lis: map[uint64]Handler{}, conns: map[uint32]Handler{}, ud: map[uint32]UDRoute{},
 		local: map[netip.Addr]netip.Addr{}, resolveTimeout: cfg.ResolveTimeout}
 	dev.SetCMHandler(a.input)
 	a.wg.Add(1)
@@ -291,12 +294,26 @@ func (a *Agent) deliver(ev cm.Event) {
 	if !live {
 		delete(a.conns, ev.ID)
 	}
+	var ud *UDRoute
+	if r, ok := a.ud[ev.ID]; ok {
+		ud = &r
+		if !live {
+			delete(a.ud, ev.ID)
+		}
+	}
 	if h == nil {
 		return
 	}
-	if !h(Event{Event: ev, Conn: c}) && ev.Kind == cm.EventConnectRequest && live {
+	if h(Event{Event: ev, Conn: c, UD: ud}) || !live {
+		return
+	}
+	switch ev.Kind {
+	case cm.EventConnectRequest:
 		delete(a.conns, ev.ID)
 		_ = a.tab.Reject(ev.ID, mad.RejConsumerDefined, nil, nil, &a.out)
+	case cm.EventSIDRRequest:
+		delete(a.conns, ev.ID)
+		_ = a.rejectSIDR(ev.ID, nil, &a.out)
 	}
 }
 

@@ -73,18 +73,9 @@ func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP
 	if err != nil {
 		return 0, err
 	}
-	to := dst.Addr().Unmap()
-	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() || dst.Port() == 0 {
-		return 0, fmt.Errorf("%w: destination %v", ErrAddr, dst)
-	}
-	from := src.Addr().Unmap()
-	if !from.IsValid() || from.IsUnspecified() {
-		var ok bool
-		if from, ok = a.dev.SourceFor(to); !ok {
-			return 0, fmt.Errorf("%w: no address of %v's family", ErrAddr, to)
-		}
-	} else if _, ok := a.dev.GIDs().IndexOf(from); !ok {
-		return 0, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
+	from, to, err := a.route(src.Addr(), dst)
+	if err != nil {
+		return 0, err
 	}
 	if err := a.resolve(ctx, to); err != nil {
 		return 0, err
@@ -141,6 +132,28 @@ func (a *Agent) resolve(ctx context.Context, to netip.Addr) error {
 // ip_local_port_range (32768-60999), as cma_alloc_any_port picks one.
 func ephemeralPort() uint16 { return uint16(32768 + rand.IntN(60999-32768+1)) }
 
+// route checks dst and picks the source address for it (src when given,
+// which must be ours and of dst's family), for Connect and ResolveUD.
+func (a *Agent) route(src netip.Addr, dst netip.AddrPort) (from, to netip.Addr, err error) {
+	to = dst.Addr().Unmap()
+	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() || dst.Port() == 0 {
+		return from, to, fmt.Errorf("%w: destination %v", ErrAddr, dst)
+	}
+	from = src.Unmap()
+	if !from.IsValid() || from.IsUnspecified() {
+		var ok bool
+		if from, ok = a.dev.SourceFor(to); !ok {
+			return from, to, fmt.Errorf("%w: no address of %v's family", ErrAddr, to)
+		}
+	} else if _, ok := a.dev.GIDs().IndexOf(from); !ok {
+		return from, to, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
+	}
+	if from.Is4() != to.Is4() {
+		return from, to, fmt.Errorf("%w: %v cannot reach %v", ErrAddr, from, to)
+	}
+	return from, to, nil
+}
+
 // qpService is the REQ transport service type of qp, which must be RC or
 // UC and not yet past INIT.
 func qpService(qp *nic.QP) (uint8, error) {
@@ -187,9 +200,13 @@ func (a *Agent) Accept(id uint32, qp *nic.QP, p ConnParams, h Handler) error {
 }
 
 // Reject refuses connect request id as rdma_reject does: REJ reason 28
-// "consumer defined" with the private data.
+// "consumer defined" with the private data; a SIDR request gets a SIDR_REP
+// with status "rejected" instead.
 func (a *Agent) Reject(id uint32, priv []byte) error {
 	return a.call(id, func(out *cm.Output) error {
+		if a.isSIDRRequest(id) {
+			return a.rejectSIDR(id, priv, out)
+		}
 		return a.tab.Reject(id, mad.RejConsumerDefined, nil, priv, out)
 	})
 }
@@ -206,6 +223,7 @@ func (a *Agent) Release(id uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.conns, id)
+	delete(a.ud, id)
 }
 
 // Conn is a copy of connection id.

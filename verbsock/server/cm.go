@@ -62,13 +62,14 @@ type cmConn struct {
 	listener uint32
 	peer     netip.AddrPort
 	local    netip.AddrPort
+	ud       bool // a UD resolution or SIDR request
 }
 
 // dispatchCM runs the rdma_cm operations; ok is false for any other.
 func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error) {
 	switch op {
 	case verbsock.OpCMListen, verbsock.OpCMUnlisten, verbsock.OpCMConnect, verbsock.OpCMAccept,
-		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy:
+		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy, verbsock.OpCMResolveUD, verbsock.OpCMAcceptUD:
 	default:
 		return nil, false, nil
 	}
@@ -97,6 +98,10 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 		})
 	case verbsock.OpCMDestroy:
 		resp, err = &verbsock.Empty{}, c.cmDestroy(a, req.(*verbsock.HandleReq).Handle)
+	case verbsock.OpCMResolveUD:
+		resp, err = c.cmResolveUD(a, req.(*verbsock.CMResolveUDReq))
+	case verbsock.OpCMAcceptUD:
+		resp, err = &verbsock.Empty{}, c.cmAcceptUD(a, req.(*verbsock.CMAcceptUDReq))
 	}
 	return resp, true, cmErr(err)
 }
@@ -180,7 +185,8 @@ func (c *conn) cmUnlisten(a *cmagent.Agent, h uint32) error {
 func (c *conn) cmListenEvent(l *cmListen, e cmagent.Event) bool {
 	k := &c.cm
 	k.mu.Lock()
-	if e.Kind != cm.EventConnectRequest {
+	request := e.Kind == cm.EventConnectRequest || e.Kind == cm.EventSIDRRequest
+	if !request {
 		cn := k.byID[e.ID]
 		k.mu.Unlock()
 		if cn != nil {
@@ -192,7 +198,8 @@ func (c *conn) cmListenEvent(l *cmListen, e cmagent.Event) bool {
 		k.mu.Unlock()
 		return false
 	}
-	cn := &cmConn{handle: k.next, id: e.ID, ctx: l.ctx, listener: l.handle, peer: e.Request.Src, local: e.Request.Dst}
+	cn := &cmConn{handle: k.next, id: e.ID, ctx: l.ctx, listener: l.handle, peer: e.Request.Src, local: e.Request.Dst,
+		ud: e.Kind == cm.EventSIDRRequest}
 	k.next++
 	k.conns[cn.handle] = cn
 	k.byID[cn.id] = cn
@@ -227,8 +234,14 @@ func cmEventMsg(cn *cmConn, e cmagent.Event) verbsock.CMEventMsg {
 	typ, status := e.RDMACMEvent()
 	m := verbsock.CMEventMsg{Type: verbsock.CMEventType(typ), Status: int32(status), Context: cn.ctx, Conn: cn.handle,
 		Peer: cn.peer.Addr().As16(), PeerPort: cn.peer.Port(), Local: cn.local.Addr().As16(), LocalPort: cn.local.Port()}
-	if e.Kind == cm.EventConnectRequest {
+	if e.Kind == cm.EventConnectRequest || e.Kind == cm.EventSIDRRequest {
 		m.Listener = cn.listener
+	}
+	if e.SIDR != nil {
+		m.RemoteQPN, m.QKey = e.SIDR.QPN, e.SIDR.QKey
+	}
+	if e.UD != nil {
+		m.AH = verbsock.AVToWire(&e.UD.AV)
 	}
 	if r := e.Request; r != nil {
 		m.RemoteQPN, m.RespRes, m.InitDepth, m.RetryCount, m.RNRRetry, m.PathMTU = r.RemoteQPN, r.RespRes, r.InitDepth,

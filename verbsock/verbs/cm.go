@@ -67,6 +67,9 @@ type ConnInfo struct {
 	RNRRetryCount      uint8
 	PathMTU            MTU
 	SRQ                bool
+	// A resolved UD peer's (ResolveUD): its Q_Key and the path to it.
+	QKey uint32
+	AH   AHAttr
 }
 
 // CMEvent is one rdma_cm event (struct rdma_cm_event).
@@ -137,9 +140,13 @@ type Listener struct {
 // the device) for rdma_cm connect requests of the TCP port space
 // (rdma_create_id(RDMA_PS_TCP) + rdma_bind_addr + rdma_listen).
 func (d *Device) Listen(addr netip.AddrPort) (*Listener, error) {
+	return d.listen(addr, 0)
+}
+
+func (d *Device) listen(addr netip.AddrPort, portSpace uint16) (*Listener, error) {
 	l := &Listener{d: d, events: make(chan CMEvent, listenBacklog)}
 	l.ctx = d.cm.add(l)
-	req := verbsock.CMListenReq{Context: l.ctx, Port: addr.Port()}
+	req := verbsock.CMListenReq{Context: l.ctx, Port: addr.Port(), PortSpace: portSpace}
 	if a := addr.Addr(); a.IsValid() && !a.IsUnspecified() {
 		req.Addr = a.As16()
 	}
@@ -270,7 +277,9 @@ func (c *Conn) Accept(ctx context.Context, qp *QP, p ConnParams) error {
 }
 
 // Reject refuses a connect request (REJ reason 28 with privateData, at
-// most RejectPrivateLen bytes) and destroys the connection.
+// most RejectPrivateLen bytes) and destroys the connection. A SIDR request
+// (ListenUD) gets a SIDR_REP with status SIDRRejected instead, with at most
+// AcceptUDPrivateLen bytes.
 func (c *Conn) Reject(privateData []byte) error {
 	if len(privateData) > RejectPrivateLen {
 		return verr(verbsock.OpCMReject, syscall.EINVAL, "%d bytes of private data, room for %d", len(privateData), RejectPrivateLen)
@@ -340,7 +349,7 @@ func (d *Device) deliverCM(p []byte) {
 	ev := CMEvent{Type: m.Type, Status: int(m.Status), PrivateData: append([]byte(nil), m.Private[:min(int(m.PrivateLen), len(m.Private))]...),
 		Peer: netip.AddrPortFrom(netip.AddrFrom16(m.Peer).Unmap(), m.PeerPort), Local: netip.AddrPortFrom(netip.AddrFrom16(m.Local).Unmap(), m.LocalPort),
 		Info: ConnInfo{RemoteQPN: m.RemoteQPN, ResponderResources: m.RespRes, InitiatorDepth: m.InitDepth, RetryCount: m.RetryCount,
-			RNRRetryCount: m.RNRRetry, PathMTU: MTU(m.PathMTU), SRQ: m.SRQ != 0}}
+			RNRRetryCount: m.RNRRetry, PathMTU: MTU(m.PathMTU), SRQ: m.SRQ != 0, QKey: m.QKey, AH: verbsock.AVFromWire(&m.AH)}}
 	s := &d.cm
 	s.mu.Lock()
 	var ch chan CMEvent

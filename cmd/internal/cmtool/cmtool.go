@@ -1,6 +1,6 @@
 // Package cmtool holds what vrnicd's counterparts of librdmacm's example
-// programs (vrnic-ucmatose, vrnic-cmtime, vrnic-rdma-server and
-// vrnic-rdma-client) share: a QP as rdma_create_qp leaves it (INIT), a
+// programs (vrnic-ucmatose, vrnic-udaddy, vrnic-cmtime, vrnic-rdma-server
+// and vrnic-rdma-client) share: a QP as rdma_create_qp leaves it (INIT), a
 // registered buffer, waiting for completions with the CQ's events, the
 // rdma_cm event a failed Dial or Accept stands for, and the command-line
 // address lookup.
