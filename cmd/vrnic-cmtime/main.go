@@ -23,11 +23,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"strconv"
 
 	"github.com/vrnic/vrnicd/cmd/internal/cmtool"
 	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
@@ -55,18 +53,14 @@ var options = []getopt.Option{
 	{Short: 'r', HasArg: true}, {Short: 't', HasArg: true}, {Long: "socket", HasArg: true},
 }
 
-type errUsage struct{ msg string }
-
-func (e *errUsage) Error() string { return e.msg }
-
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: cmtool.DefaultPort, conns: 100, retries: 2, socket: verbs.SocketPath()}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &errUsage{err.Error()}
+		return cfg, &getopt.UsageError{Msg: err.Error()}
 	}
 	if len(operands) > 0 {
-		return cfg, &errUsage{fmt.Sprintf("unexpected argument %q", operands[0])}
+		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
 	}
 	for _, o := range opts {
 		var err error
@@ -76,32 +70,24 @@ func parseArgs(args []string) (*config, error) {
 		case 'b':
 			cfg.src, err = cmtool.Lookup(o.Arg)
 		case 'c':
-			cfg.conns, err = number(o.Arg, 1, maxConns)
+			cfg.conns, err = getopt.Range(o, 1, maxConns)
 		case 'p':
 			cfg.port, err = cmtool.Port(o.Arg)
 		case 'r':
-			cfg.retries, err = number(o.Arg, 0, 7)
+			cfg.retries, err = getopt.Range(o, 0, 7)
 		case 't':
-			_, err = number(o.Arg, 1, 1<<31-1)
+			_, err = getopt.Range(o, 1, 1<<31-1)
 		default:
 			cfg.socket = o.Arg
 		}
 		if err != nil {
-			return cfg, &errUsage{fmt.Sprintf("-%c: %v", o.Option.Short, err)}
+			return cfg, getopt.Usagef("-%c: %v", o.Option.Short, err)
 		}
 	}
 	if cfg.dst.IsValid() && cfg.src.IsValid() {
-		return cfg, &errUsage{"-b: the client's source is the device's address (vrnicd picks it)"}
+		return cfg, &getopt.UsageError{Msg: "-b: the client's source is the device's address (vrnicd picks it)"}
 	}
 	return cfg, nil
-}
-
-func number(s string, lo, hi int) (int, error) {
-	v, err := strconv.Atoi(s)
-	if err != nil || v < lo || v > hi {
-		return 0, fmt.Errorf("%q is not a number from %d to %d", s, lo, hi)
-	}
-	return v, nil
 }
 
 func usage(w io.Writer) {
@@ -119,10 +105,7 @@ func usage(w io.Writer) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		if u := (*errUsage)(nil); errors.As(err, &u) {
-			usage(stdout)
-		}
+		getopt.Report(err, stdout, stderr, usage)
 		return err
 	}
 	dev, err := verbs.Open(cfg.socket)

@@ -14,10 +14,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
+	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
@@ -29,10 +29,7 @@ func main() { tool.Docs(docPage); tool.Main(run) }
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		if u := (*errUsage)(nil); errors.As(err, &u) {
-			usage(stdout, cfg.mode)
-		}
+		getopt.Report(err, stdout, stderr, func(w io.Writer) { usage(w, cfg.mode) })
 		return err
 	}
 	if cfg.help {

@@ -79,12 +79,6 @@ type config struct {
 	help       bool
 }
 
-// errUsage is a bad command line: usage is printed, exit status 1 (as the
-// rdma-core tools do).
-type errUsage struct{ msg string }
-
-func (e *errUsage) Error() string { return e.msg }
-
 // parseArgs reads a command line: our own --mode and --socket, then the
 // chosen tool's options and its optional server name.
 func parseArgs(args []string) (*config, error) {
@@ -99,7 +93,7 @@ func parseArgs(args []string) (*config, error) {
 		case "--mode", "--socket":
 			if !hasVal {
 				if i+1 >= len(args) {
-					return cfg, &errUsage{fmt.Sprintf("option '%s' requires an argument", name)}
+					return cfg, getopt.Usagef("option '%s' requires an argument", name)
 				}
 				i++
 				val = args[i]
@@ -109,7 +103,7 @@ func parseArgs(args []string) (*config, error) {
 				continue
 			}
 			if m = modes[val]; m == nil {
-				return cfg, &errUsage{fmt.Sprintf("--mode %q: want rc, uc, ud or srq", val)}
+				return cfg, getopt.Usagef("--mode %q: want rc, uc, ud or srq", val)
 			}
 			continue
 		case "--help", "-h":
@@ -129,16 +123,16 @@ func parseArgs(args []string) (*config, error) {
 	}
 	parsed, operands, err := getopt.Parse(m.options(), rest)
 	if err != nil {
-		return cfg, &errUsage{err.Error()}
+		return cfg, &getopt.UsageError{Msg: err.Error()}
 	}
 	for _, o := range parsed {
 		num := func(lo, hi int64) (int, error) {
 			v, err := getopt.Int(o)
 			if err != nil {
-				return 0, &errUsage{err.Error()}
+				return 0, &getopt.UsageError{Msg: err.Error()}
 			}
 			if v < lo || v > hi {
-				return 0, &errUsage{fmt.Sprintf("%s %d: out of range %d…%d", o.Name(), v, lo, hi)}
+				return 0, getopt.Usagef("%s %d: out of range %d…%d", o.Name(), v, lo, hi)
 			}
 			return int(v), nil
 		}
@@ -156,7 +150,7 @@ func parseArgs(args []string) (*config, error) {
 			var v int
 			if v, err = num(0, 1<<31-1); err == nil {
 				if v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096 {
-					err = &errUsage{fmt.Sprintf("-m %d: want 256, 512, 1024, 2048 or 4096", v)}
+					err = getopt.Usagef("-m %d: want 256, 512, 1024, 2048 or 4096", v)
 				}
 				cfg.mtu = v
 			}
@@ -186,7 +180,7 @@ func parseArgs(args []string) (*config, error) {
 	case 1:
 		cfg.servername = operands[0]
 	default:
-		return cfg, &errUsage{fmt.Sprintf("unexpected arguments %q", operands[1:])}
+		return cfg, getopt.Usagef("unexpected arguments %q", operands[1:])
 	}
 	if m.hasNQP {
 		if cfg.numQP > cfg.rxDepth {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
 )
 
 // The expected lines are what rdma-core 44's tools printed on kernel rxe
@@ -107,7 +108,7 @@ func TestRunUsageAndErrors(t *testing.T) {
 	o.Reset()
 	e.Reset()
 	err := run(ctx, []string{"--mode", "ud", "-m", "1024"}, &o, &e)
-	var u *errUsage
+	var u *getopt.UsageError
 	if !errors.As(err, &u) || !strings.Contains(o.String(), "Usage:") || strings.Contains(o.String(), "--mtu") {
 		t.Errorf("bad option: %v, usage %q", err, o.String())
 	}

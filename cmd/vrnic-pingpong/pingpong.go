@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vrnic/vrnicd/cmd/internal/tool"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/cmd/internal/tool"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
@@ -29,10 +30,7 @@ func main() { tool.Main(run) }
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		if u := (*errUsage)(nil); errors.As(err, &u) {
-			usage(stdout)
-		}
+		getopt.Report(err, stdout, stderr, usage)
 		return err
 	}
 	if cfg.help {

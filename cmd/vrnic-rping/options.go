@@ -34,11 +34,6 @@ type config struct {
 	help       bool
 }
 
-// errUsage is a bad command line: usage is printed, exit status 1.
-type errUsage struct{ msg string }
-
-func (e *errUsage) Error() string { return e.msg }
-
 var options = []getopt.Option{
 	{Short: 'a', HasArg: true}, {Short: 'P'}, {Short: 'p', HasArg: true}, {Short: 'C', HasArg: true},
 	{Short: 'S', HasArg: true}, {Short: 's'}, {Short: 'c'}, {Short: 'v'}, {Short: 'V'}, {Short: 'd'},
@@ -50,10 +45,10 @@ func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: 7174, size: 64, socket: DefaultSocket}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &errUsage{err.Error()}
+		return cfg, &getopt.UsageError{Msg: err.Error()}
 	}
 	if len(operands) > 0 {
-		return cfg, &errUsage{fmt.Sprintf("unexpected argument %q", operands[0])}
+		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
 	}
 	role := 0
 	for _, o := range opts {
@@ -65,11 +60,11 @@ func parseArgs(args []string) (*config, error) {
 		return cfg, nil
 	}
 	if role == 0 {
-		return cfg, &errUsage{"one of -s (server) and -c (client) is needed"}
+		return cfg, &getopt.UsageError{Msg: "one of -s (server) and -c (client) is needed"}
 	}
 	cfg.server = role == 's'
 	if !cfg.server && !cfg.addr.IsValid() {
-		return cfg, &errUsage{"the client needs the server's address (-a)"}
+		return cfg, &getopt.UsageError{Msg: "the client needs the server's address (-a)"}
 	}
 	return cfg, nil
 }
@@ -87,7 +82,7 @@ func (cfg *config) apply(o getopt.Opt, role *int) error {
 	case 'p':
 		v, err := getopt.Int(o)
 		if err != nil || v < 0 || v > 65535 {
-			return &errUsage{fmt.Sprintf("invalid port %q", o.Arg)}
+			return getopt.Usagef("invalid port %q", o.Arg)
 		}
 		cfg.port = uint16(v)
 	case 'C':

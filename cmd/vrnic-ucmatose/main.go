@@ -19,11 +19,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"github.com/vrnic/vrnicd/cmd/internal/cmtool"
@@ -58,19 +56,14 @@ const (
 	maxSize  = 1 << 30
 )
 
-// errUsage is a bad command line: usage is printed, exit status 1.
-type errUsage struct{ msg string }
-
-func (e *errUsage) Error() string { return e.msg }
-
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: cmtool.DefaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &errUsage{err.Error()}
+		return cfg, &getopt.UsageError{Msg: err.Error()}
 	}
 	if len(operands) > 0 {
-		return cfg, &errUsage{fmt.Sprintf("unexpected argument %q", operands[0])}
+		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
 	}
 	for _, o := range opts {
 		if err := cfg.apply(o); err != nil {
@@ -81,7 +74,7 @@ func parseArgs(args []string) (*config, error) {
 		cfg.count = 0 // create_message: no messages without a size
 	}
 	if cfg.dst.IsValid() && cfg.src.IsValid() {
-		return cfg, &errUsage{"-b: the client's source is the device's address (vrnicd picks it)"}
+		return cfg, &getopt.UsageError{Msg: "-b: the client's source is the device's address (vrnicd picks it)"}
 	}
 	return cfg, nil
 }
@@ -95,37 +88,29 @@ func (cfg *config) apply(o getopt.Opt) error {
 		cfg.src, err = cmtool.Lookup(o.Arg)
 	case 'f':
 		if l := strings.ToLower(o.Arg); !strings.HasPrefix(l, "ip") && !strings.HasPrefix(l, "name") {
-			return &errUsage{fmt.Sprintf("-f %s: only ip and name addresses (no AF_IB)", o.Arg)}
+			return getopt.Usagef("-f %s: only ip and name addresses (no AF_IB)", o.Arg)
 		}
 	case 'P':
 		if !strings.HasPrefix(strings.ToLower(o.Arg), "tcp") {
-			return &errUsage{fmt.Sprintf("-P %s: only the tcp port space", o.Arg)}
+			return getopt.Usagef("-P %s: only the tcp port space", o.Arg)
 		}
 	case 'c':
-		cfg.conns, err = count(o, 1, maxConns)
+		cfg.conns, err = getopt.Range(o, 1, maxConns)
 	case 'C':
-		cfg.count, err = count(o, 0, 1<<20)
+		cfg.count, err = getopt.Range(o, 0, 1<<20)
 	case 'S':
-		cfg.size, err = count(o, 0, maxSize)
+		cfg.size, err = getopt.Range(o, 0, maxSize)
 	case 'p':
 		cfg.port, err = cmtool.Port(o.Arg)
 	case 't', 'a', 'm':
-		return &errUsage{fmt.Sprintf("-%c is not supported by vrnicd's rdma_cm", o.Option.Short)}
+		return getopt.Usagef("-%c is not supported by vrnicd's rdma_cm", o.Option.Short)
 	default:
 		cfg.socket = o.Arg // --socket
 	}
 	if err != nil {
-		return &errUsage{fmt.Sprintf("-%c: %v", o.Option.Short, err)}
+		return getopt.Usagef("-%c: %v", o.Option.Short, err)
 	}
 	return nil
-}
-
-func count(o getopt.Opt, lo, hi int) (int, error) {
-	v, err := strconv.Atoi(o.Arg)
-	if err != nil || v < lo || v > hi {
-		return 0, fmt.Errorf("%q is not a number from %d to %d", o.Arg, lo, hi)
-	}
-	return v, nil
 }
 
 func usage(w io.Writer) {
@@ -149,10 +134,7 @@ func usage(w io.Writer) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		if u := (*errUsage)(nil); errors.As(err, &u) {
-			usage(stdout)
-		}
+		getopt.Report(err, stdout, stderr, usage)
 		return err
 	}
 	t := &test{cfg: cfg, out: stdout}

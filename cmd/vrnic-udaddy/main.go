@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -61,19 +60,14 @@ var options = []getopt.Option{
 // the daemon (its per-client limits bound them as well).
 const maxConns = 1024
 
-// errUsage is a bad command line: usage is printed, exit status 1.
-type errUsage struct{ msg string }
-
-func (e *errUsage) Error() string { return e.msg }
-
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: defaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &errUsage{err.Error()}
+		return cfg, &getopt.UsageError{Msg: err.Error()}
 	}
 	if len(operands) > 0 {
-		return cfg, &errUsage{fmt.Sprintf("unexpected argument %q", operands[0])}
+		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
 	}
 	for _, o := range opts {
 		if err := cfg.apply(o); err != nil {
@@ -94,26 +88,26 @@ func (cfg *config) apply(o getopt.Opt) error {
 	case 'b':
 		cfg.src, err = cmtool.Lookup(o.Arg)
 	case 'c':
-		cfg.conns, err = count(o, 1, maxConns)
+		cfg.conns, err = getopt.Range(o, 1, maxConns)
 	case 'C':
-		cfg.count, err = count(o, 0, 1<<16)
+		cfg.count, err = getopt.Range(o, 0, 1<<16)
 	case 'S':
-		cfg.size, err = count(o, 0, 1<<16)
+		cfg.size, err = getopt.Range(o, 0, 1<<16)
 	case 'p':
 		// udaddy reads it with strtol(optarg, NULL, 0).
 		if v, perr := strconv.ParseInt(o.Arg, 0, 32); perr != nil || v != verbs.PortSpaceUDP {
-			return &errUsage{fmt.Sprintf("-p %s: only the UDP port space (%#x)", o.Arg, verbs.PortSpaceUDP)}
+			return getopt.Usagef("-p %s: only the UDP port space (%#x)", o.Arg, verbs.PortSpaceUDP)
 		}
 	case 'P':
 		if !strings.HasPrefix(strings.ToLower(o.Arg), "udp") {
-			return &errUsage{fmt.Sprintf("-P %s: only the udp port space", o.Arg)}
+			return getopt.Usagef("-P %s: only the udp port space", o.Arg)
 		}
 	case 'f':
 		if l := strings.ToLower(o.Arg); !strings.HasPrefix(l, "ip") && !strings.HasPrefix(l, "name") {
-			return &errUsage{fmt.Sprintf("-f %s: only ip and name addresses (no AF_IB)", o.Arg)}
+			return getopt.Usagef("-f %s: only ip and name addresses (no AF_IB)", o.Arg)
 		}
 	case 't':
-		return &errUsage{"-t is not supported by vrnicd's rdma_cm"}
+		return &getopt.UsageError{Msg: "-t is not supported by vrnicd's rdma_cm"}
 	default:
 		if o.Option.Long == "port" {
 			cfg.port, err = cmtool.Port(o.Arg)
@@ -122,24 +116,9 @@ func (cfg *config) apply(o getopt.Opt) error {
 		}
 	}
 	if err != nil {
-		return &errUsage{fmt.Sprintf("%s: %v", optName(o.Option), err)}
+		return getopt.Usagef("%s: %v", o.Name(), err)
 	}
 	return nil
-}
-
-func optName(o *getopt.Option) string {
-	if o.Short != 0 {
-		return "-" + string(o.Short)
-	}
-	return "--" + o.Long
-}
-
-func count(o getopt.Opt, lo, hi int) (int, error) {
-	v, err := strconv.Atoi(o.Arg)
-	if err != nil || v < lo || v > hi {
-		return 0, fmt.Errorf("%q is not a number from %d to %d", o.Arg, lo, hi)
-	}
-	return v, nil
 }
 
 func usage(w io.Writer) {
@@ -164,10 +143,7 @@ func usage(w io.Writer) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		if u := (*errUsage)(nil); errors.As(err, &u) {
-			usage(stdout)
-		}
+		getopt.Report(err, stdout, stderr, usage)
 		return err
 	}
 	t := &test{cfg: cfg, out: stdout}

@@ -1,0 +1,38 @@
+package getopt
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// UsageError is a bad command line. The tools print it, then their
+// usage, and exit with status 1, as rdma-core's tools do (see Report).
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Usagef is a UsageError with a formatted message.
+func Usagef(format string, a ...any) error {
+	return &UsageError{fmt.Sprintf(format, a...)}
+}
+
+// Report is how a tool answers a command line it could not use: err on
+// stderr and, when err is a UsageError, usage on stdout.
+func Report(err error, stdout, stderr io.Writer, usage func(io.Writer)) {
+	fmt.Fprintln(stderr, err)
+	if u := (*UsageError)(nil); errors.As(err, &u) {
+		usage(stdout)
+	}
+}
+
+// Range parses an option's decimal count from lo to hi (the callers'
+// messages name the option).
+func Range(o Opt, lo, hi int) (int, error) {
+	v, err := strconv.Atoi(o.Arg)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("%q is not a number from %d to %d", o.Arg, lo, hi)
+	}
+	return v, nil
+}
