@@ -20,7 +20,8 @@
 #
 # Knobs: D (seconds per bandwidth run, 3), LAT_ITERS (2000), LB_D (seconds
 # per link sample, 1), LB_N (link samples, 3), PROFILE_DIR (if set, the
-# daemons of the 9000-byte raw runs write CPU profiles there).
+# daemons of the 9000-byte raw runs write CPU profiles there, one pair per
+# figure: vrnicd-A-raw.write_lat.pprof is the client side's daemon).
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -191,18 +192,29 @@ perf() {
 
 bw_args() { echo -D "$D" --report_gbits "$@"; }
 
+# suite_perf KEY ARGS...: perf; with PROFILE_DIR set, the daemons are
+# restarted around each run so that every figure has profiles of its own
+# (vrnicd-A-KEY.pprof, vrnicd-B-KEY.pprof: the client's and the server's).
+suite_perf() {
+	if [ -n "$PROFILE_DIR" ]; then
+		stop_daemons
+		start_raw "$1"
+	fi
+	perf "$@"
+}
+
 daemon_suite() { # PREFIX
 	local k=$1
 	# shellcheck disable=SC2046
 	{
-		perf "$k.write_bw.q1" write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
-		perf "$k.write_bw.q4" write_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
-		perf "$k.read_bw.q1" read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
-		perf "$k.read_bw.q4" read_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
-		perf "$k.send_bw.q1" send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
-		perf "$k.send_bw.q4" send_bw 192.0.2.2 $(bw_args -s 64 -q 4)
-		perf "$k.write_lat" write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
-		perf "$k.send_lat" send_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+		suite_perf "$k.write_bw.q1" write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+		suite_perf "$k.write_bw.q4" write_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
+		suite_perf "$k.read_bw.q1" read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+		suite_perf "$k.read_bw.q4" read_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
+		suite_perf "$k.send_bw.q1" send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+		suite_perf "$k.send_bw.q4" send_bw 192.0.2.2 $(bw_args -s 64 -q 4)
+		suite_perf "$k.write_lat" write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+		suite_perf "$k.send_lat" send_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
 	}
 }
 
@@ -279,7 +291,7 @@ lb_lat link.v2.wo8 write_only 8 --ring 2
 lb_lat link.spin.wo8 write_only 8 --spin
 
 step "raw-mode daemons, MTU 9000"
-start_raw mtu9000
+start_raw
 daemon_suite raw
 stop_daemons
 
@@ -318,7 +330,7 @@ if command -v nft >/dev/null && loss_on 1; then
 	stop_daemons
 	loss_off
 else
-	echo "perf: nft unavailable or refused the egress chain: loss run skipped"
+	echo "perf: nft unavailable (apt-get install nftables) or it refused the egress chain: loss run skipped"
 fi
 
 step "TAP-mode daemons, each TAP bridged to its veth end, MTU 9000"
