@@ -69,6 +69,8 @@ func TestBadConfig(t *testing.T) {
 		{"relative metrics socket", "iface = \"tap:v0\"\nmetrics = \"unix:m.sock\"\n", nil, []string{"config FILE: metrics: ", "absolute path"}},
 		{"no workers", "", []string{"--iface=tap:v0", "--workers=0"}, []string{"--workers: ", "0 is out of range (1..256)"}},
 		{"too many workers", "iface = \"eth0\"\nworkers = 257\n", nil, []string{"config FILE: workers: ", "257 is out of range (1..256)"}},
+		{"small rx ring", "", []string{"--iface=eth0", "--rx-ring-frames=63"}, []string{"--rx-ring-frames: ", "63 is out of range (64..65536)"}},
+		{"large rx ring", "iface = \"eth0\"\nrx_ring_frames = 65537\n", nil, []string{"config FILE: rx_ring_frames: ", "65537 is out of range (64..65536)"}},
 		{"unknown flag", "", []string{"--bogus"}, []string{"unknown flag --bogus", "vrnicd --help"}},
 		{"bad flag value", "", []string{"--mtu=abc"}, []string{`invalid value "abc" for flag --mtu`}},
 		{"stray argument", "", []string{"--iface=tap:v0", "extra"}, []string{`unexpected argument "extra"`}},

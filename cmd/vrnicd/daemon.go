@@ -174,7 +174,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cma = cmagent.New(d.dev, cmagent.Config{Log: d.log.With("device", cfg.Name, "role", "cm")})
 	undo = append(undo, d.cma.Close)
 	d.capG.set(cfg.SocketGID)
-	srv, err := newConnServer(d.dev, d.cma, d.st.Counters().Each, d.hub, d.capG.get, d.log, cfg)
+	srv, err := newConnServer(d.dev, d.cma, d.portCounters, d.hub, d.capG.get, d.log, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -235,12 +235,43 @@ func (d *daemon) attachFanout(report func(error)) {
 	}
 }
 
+// portCounters yields the netstack's counters and, in raw mode, what the
+// kernel counted on the receive rings of all the workers' sockets:
+// link_rx_ring_drops, frames lost because a ring was full (the peer had
+// more in flight than --rx-ring-frames while the daemon was not running),
+// and link_rx_truncated, frames longer than a slot.
+func (d *daemon) portCounters(yield func(string, uint64)) {
+	d.st.Counters().Each(yield)
+	first, ok := d.lnk.(*link.Raw)
+	if !ok {
+		return
+	}
+	var drops, cut uint64
+	for _, r := range append([]*link.Raw{first}, d.more...) {
+		if st, err := r.Stats(); err == nil {
+			drops += st.Drops
+			cut += st.Truncated
+		}
+	}
+	yield("link_rx_ring_drops", drops)
+	yield("link_rx_truncated", cut)
+}
+
+// ringSlots is the frames a raw-mode receive ring holds (--rx-ring-frames
+// rounded up to whole blocks), 0 in TAP mode.
+func (d *daemon) ringSlots() int {
+	if r, ok := d.lnk.(*link.Raw); ok {
+		return r.RingSlots()
+	}
+	return 0
+}
+
 // startMetrics serves --metrics, if given.
 func (d *daemon) startMetrics(srv connServer) error {
 	if d.cfg.Metrics == "" {
 		return nil
 	}
-	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.st.Counters().Each,
+	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.portCounters,
 		Daemon: d.daemonCounters, Clients: srv.Clients, Objects: srv.Objects}, d.log)
 	if err != nil {
 		return err
@@ -280,8 +311,10 @@ func (d *daemon) openLink() error {
 	// A TPACKET_V2 receive ring: the kernel hands each frame over at once
 	// (V3 holds a block until it fills or times out, which costs latency),
 	// and the ring, unlike recvmmsg's socket buffer, keeps up with the
-	// link (vrnic-linkbench; README "Performance").
-	links, err := openRawLinks(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter(), Ring: &link.RingConfig{Version: 2}}, cfg.Workers)
+	// link (vrnic-linkbench; README "Performance"). The filter passes
+	// RoCEv2 only, so a slot need not hold more than MaxRoCEPacket.
+	ring := &link.RingConfig{Version: 2, MaxPacket: link.MaxRoCEPacket, Frames: cfg.RxRingFrames}
+	links, err := openRawLinks(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter(), Ring: ring}, cfg.Workers)
 	if err != nil {
 		if isPerm(err) {
 			return fmt.Errorf("raw mode on %s needs CAP_NET_RAW (run vrnicd as root or give it that capability): %v", cfg.Iface, syscall.EPERM)
@@ -365,6 +398,7 @@ func (d *daemon) summary() []any {
 		"gids", gidList(d.gids.Entries()),
 		"mtu", d.lnk.MTU(),
 		"workers", d.cfg.Workers,
+		"rx_ring_frames", d.ringSlots(),
 		"active_mtu", d.dev.ActiveMTU().Bytes(),
 		"socket", d.cfg.Socket,
 	}
@@ -545,6 +579,8 @@ func (d *daemon) reload() {
 	restart("mtu", nc.MTU != old.MTU, old.MTU, nc.MTU)
 	restart("workers", nc.Workers != old.Workers, old.Workers, nc.Workers)
 	nc.Workers = old.Workers
+	restart("rx_ring_frames", nc.RxRingFrames != old.RxRingFrames, old.RxRingFrames, nc.RxRingFrames)
+	nc.RxRingFrames = old.RxRingFrames
 	restart("name", nc.Name != old.Name, old.Name, nc.Name)
 	restart("socket", nc.Socket != old.Socket, old.Socket, nc.Socket)
 	restart("log_format", nc.LogFormat != old.LogFormat, old.LogFormat, nc.LogFormat)
@@ -577,10 +613,11 @@ func ifaceString(c *Config) string {
 	return c.Iface
 }
 
-// counterAttrs are the non-zero netstack and device counters.
+// counterAttrs are the non-zero port (netstack and link) and device
+// counters.
 func (d *daemon) counterAttrs() []any {
 	var ns, dv []any
-	d.st.Counters().Each(func(n string, v uint64) {
+	d.portCounters(func(n string, v uint64) {
 		if v != 0 {
 			ns = append(ns, slog.Uint64(n, v))
 		}

@@ -89,6 +89,10 @@ Options:
   --workers N          datapath workers, 1..256 (default 1). Raw mode:
                        each reads its own socket of a PACKET_FANOUT group
                        that steers a QP's packets to the worker that owns it
+  --rx-ring-frames N   raw mode: frames each socket's receive ring holds,
+                       64..65536 (default 1024): the frames a peer may have
+                       in flight before the ring drops them while the
+                       daemon is not running (counter link_rx_ring_drops)
   --socket PATH        client socket (default /run/vrnicd/vrnicd.sock)
   --socket-group GROUP group of the socket, mode 0660 (default: the
                        daemon's own group)
@@ -153,7 +157,7 @@ func parseArgs(args []string) (*options, error) {
 		iface, mac, name, socket, group, level, format, pcap string
 		metricsAddr                                          string
 		ips                                                  ipFlag
-		mtu, workers                                         intFlag
+		mtu, workers, rxRing                                 intFlag
 	)
 	fs.BoolVar(&o.help, "help", false, "")
 	fs.BoolVar(&o.help, "h", false, "")
@@ -164,6 +168,7 @@ func parseArgs(args []string) (*options, error) {
 	fs.StringVar(&mac, "mac", "", "")
 	fs.Var(&mtu, "mtu", "")
 	fs.Var(&workers, "workers", "")
+	fs.Var(&rxRing, "rx-ring-frames", "")
 	fs.StringVar(&name, "name", "", "")
 	fs.StringVar(&socket, "socket", "", "")
 	fs.StringVar(&group, "socket-group", "", "")
@@ -199,6 +204,8 @@ func parseArgs(args []string) (*options, error) {
 			r.mtu = setting[int]{mtu.v, origin}
 		case "workers":
 			r.workers = setting[int]{workers.v, origin}
+		case "rx-ring-frames":
+			r.rxRingFrames = setting[int]{rxRing.v, origin}
 		case "name":
 			r.name = setting[string]{name, origin}
 		case "socket":
@@ -250,6 +257,9 @@ func (o *options) load() (*Config, error) {
 	}
 	if f.workers.set() {
 		raw.workers = f.workers
+	}
+	if f.rxRingFrames.set() {
+		raw.rxRingFrames = f.rxRingFrames
 	}
 	c, err := raw.validate()
 	if err != nil {

@@ -38,7 +38,26 @@ type RingConfig struct {
 	// partly filled block before handing it over, in whole milliseconds,
 	// 1 ms..10 s; default 1 ms.
 	RetireTimeout time.Duration
+	// MaxPacket (TPACKET_V2 only) is the longest packet after the Ethernet
+	// header that a slot must hold whole (its alignment may fit a few bytes
+	// more); 0 or more than the MTU: the MTU. A
+	// reader that knows its frames are short (RoCEv2 never exceeds
+	// MaxRoCEPacket) gets more slots from the same memory; a longer frame
+	// arrives cut, and the reader drops it (RawStats.Truncated).
+	MaxPacket int
+	// Frames (TPACKET_V2 only), if not 0, is the number of slots the ring
+	// must have: BlockCount, if 0, becomes the fewest blocks that hold
+	// them. The ring is the only buffer between the wire and a reader
+	// that is not running: a sender with more frames in flight than it
+	// has slots loses frames to it.
+	Frames int
 }
+
+// MaxRoCEPacket is the longest RoCEv2 packet after the Ethernet header:
+// IPv6 (40) + UDP (8) + BTH (12) + the longest extension headers (RETH 16,
+// or DETH 8 + ImmDt 4; AtomicETH 28 carries no payload) + 4096 bytes of
+// payload (the largest path MTU) + ICRC (4), rounded up.
+const MaxRoCEPacket = 4096 + 128
 
 // Ring limits.
 const (
@@ -60,16 +79,29 @@ func (c *RingConfig) setDefaults(mtu int) error {
 	if c.BlockSize == 0 {
 		c.BlockSize = 256 << 10
 	}
-	if c.BlockCount == 0 {
-		c.BlockCount = 16
-	}
 	if c.RetireTimeout == 0 {
 		c.RetireTimeout = time.Millisecond
+	}
+	if c.MaxPacket <= 0 || c.MaxPacket > mtu {
+		c.MaxPacket = mtu
 	}
 	page := os.Getpagesize()
 	need := int(unsafe.Sizeof(unix.TpacketBlockDesc{})) + unix.SizeofTpacket3Hdr + 16 + EthernetHeaderLen + mtu
 	if c.Version == 2 {
-		need = v2FrameSize(mtu)
+		need = v2FrameSize(c.MaxPacket)
+	}
+	if c.Frames < 0 {
+		return fmt.Errorf("ring of %d frames", c.Frames)
+	}
+	if c.Version == 2 && c.Frames > 0 && c.BlockCount == 0 && c.BlockSize >= need {
+		per := c.BlockSize / need
+		c.BlockCount = max((c.Frames+per-1)/per, 2)
+		if c.BlockCount > ringMaxBlocks || c.BlockSize*c.BlockCount > ringMaxBytes {
+			return fmt.Errorf("ring of %d frames of %d bytes exceeds %d blocks or %d bytes", c.Frames, need, ringMaxBlocks, ringMaxBytes)
+		}
+	}
+	if c.BlockCount == 0 {
+		c.BlockCount = 16
 	}
 	switch {
 	case c.BlockSize < page || c.BlockSize&(c.BlockSize-1) != 0:
@@ -126,7 +158,7 @@ type rxRing interface {
 // ring. It must run before bind so no frame takes the recvmsg path.
 func setupRing(fd int, c RingConfig, mtu int) (rxRing, error) {
 	if c.Version == 2 {
-		return setupV2(fd, c, mtu)
+		return setupV2(fd, c)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
 		return nil, fmt.Errorf("PACKET_VERSION TPACKET_V3: %w", err)

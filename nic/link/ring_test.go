@@ -215,6 +215,53 @@ func testRingRead(t *testing.T, version int) {
 	}
 }
 
+// TestRawRingV2MaxPacket: a TPACKET_V2 ring whose slots hold packets of
+// at most MaxPacket bytes hands short frames over whole and drops longer
+// ones, which the kernel cut to the slot, counting them in
+// RawStats.Truncated.
+func TestRawRingV2MaxPacket(t *testing.T) {
+	linktest.RequireRoot(t)
+	var rx *link.Raw
+	const maxPacket = 600
+	tx, ma, mb := rawPair(t, func(ifname string) (err error) {
+		rx, err = link.OpenRaw(link.RawConfig{Interface: ifname, Filter: link.RoCEFilter(),
+			Ring: &link.RingConfig{Version: 2, MaxPacket: maxPacket, Frames: 64}})
+		return err
+	})
+	defer rx.Close()
+	// IPv4 + UDP + BTH + id: 44 bytes before the pad.
+	short := addressed(rocePacket(false, 5, 1, 1, maxPacket-44-4), mb, ma)
+	long := addressed(rocePacket(false, 5, 1, 2, maxPacket-44-4+64), mb, ma) // past the slot's alignment slack
+	var got []int64
+	for try := 0; try < 10 && len(got) == 0; try++ {
+		if _, err := tx.Write([][]byte{long, short}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := rx.WaitReadable(300 * time.Millisecond); err != nil || !ok {
+			continue
+		}
+		time.Sleep(20 * time.Millisecond) // both are in the ring
+		if _, err := rx.ReadRing(8, func(f []byte) {
+			if !bytes.Equal(f, short) {
+				t.Errorf("frame of %d bytes handed over, want only the %d-byte one", len(f), len(short))
+			}
+			got = append(got, frameID(f))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("the short frame never arrived")
+	}
+	st, err := rx.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Truncated == 0 || st.Truncated != uint64(len(got)) {
+		t.Errorf("RawStats.Truncated %d, want one per long frame sent (%d)", st.Truncated, len(got))
+	}
+}
+
 // TestRawRingVLANAndWake: a VLAN-tagged frame is not read from the ring
 // (auxdata semantics), Wake ends a WaitReadable, Close ends another.
 func TestRawRingVLANAndWake(t *testing.T) {
@@ -328,6 +375,9 @@ func TestRingConfigLimits(t *testing.T) {
 		{BlockSize: 1 << 26, BlockCount: 32},
 		{Version: 1},
 		{Version: 2, BlockSize: 16 << 10}, // lo's 65536-byte MTU needs a larger slot
+		{Version: 2, Frames: -1},
+		{Version: 2, MaxPacket: 1500, Frames: 1 << 40}, // past 4096 blocks
+		{Version: 2, MaxPacket: 1500, BlockSize: 1 << 20, Frames: 1 << 20}, // past 1 GiB
 	} {
 		err := ns.Do(func() error {
 			l, err := link.OpenRaw(link.RawConfig{Interface: "lo", Ring: &c})

@@ -28,13 +28,14 @@ type v2Ring struct {
 	perBlock  int
 	frameNr   int
 	cur       int
+	truncated atomic.Uint64 // frames cut to the slot (RawStats.Truncated)
 }
 
-func setupV2(fd int, c RingConfig, mtu int) (rxRing, error) {
+func setupV2(fd int, c RingConfig) (rxRing, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V2); err != nil {
 		return nil, fmt.Errorf("PACKET_VERSION TPACKET_V2: %w", err)
 	}
-	fs := v2FrameSize(mtu)
+	fs := v2FrameSize(c.MaxPacket)
 	per := c.BlockSize / fs
 	req := unix.TpacketReq{
 		Block_size: uint32(c.BlockSize),
@@ -82,7 +83,10 @@ func (g *v2Ring) frames(max int, fn func(frame []byte)) int {
 		}
 		h := (*unix.Tpacket2Hdr)(unsafe.Pointer(&s[0]))
 		start, end := int(h.Mac), int(h.Mac)+int(h.Snaplen)
-		if start <= end && end <= len(s) && useFrame(s[start:end:end], st, fn) {
+		switch {
+		case h.Snaplen < h.Len: // longer than MaxPacket: cut
+			g.truncated.Add(1)
+		case start <= end && end <= len(s) && useFrame(s[start:end:end], st, fn):
 			n++
 		}
 		atomic.StoreUint32(g.status(s), unix.TP_STATUS_KERNEL)

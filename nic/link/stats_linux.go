@@ -17,6 +17,9 @@ type RawStats struct {
 	// Freezes (TPACKET_V3 only): times the ring filled and the kernel
 	// stopped filling it until the reader gave a block back.
 	Freezes uint64
+	// Truncated (TPACKET_V2 only): frames longer than the ring's
+	// MaxPacket, which arrived cut and were dropped by the reader.
+	Truncated uint64
 }
 
 // Stats returns the socket's counters. The kernel resets its own on each
@@ -41,6 +44,9 @@ func (r *Raw) Stats() (RawStats, error) {
 			r.stats.Drops += uint64(s.Drops)
 		}
 	})
+	if v2, ok := r.ring.(*v2Ring); ok && v2 != nil {
+		r.stats.Truncated = v2.truncated.Load()
+	}
 	if cerr != nil {
 		return r.stats, r.fdErr(cerr)
 	}
@@ -48,4 +54,13 @@ func (r *Raw) Stats() (RawStats, error) {
 		return r.stats, fmt.Errorf("link %s: PACKET_STATISTICS: %w", r.name, err)
 	}
 	return r.stats, nil
+}
+
+// RingSlots is the number of frames the TPACKET_V2 receive ring holds (0
+// without one, or with TPACKET_V3, whose blocks hold frames packed by size).
+func (r *Raw) RingSlots() int {
+	if v2, ok := r.ring.(*v2Ring); ok && v2 != nil {
+		return v2.frameNr
+	}
+	return 0
 }

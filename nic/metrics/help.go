@@ -25,6 +25,8 @@ var helps = map[string]string{
 	"closed_qp_acks":               "Duplicates a destroyed QP acknowledged again",
 	"capture_dropped_frames":       "Frames live capture dropped because a reader's queue was full",
 	"capture_frames":               "Frames live capture queued for readers",
+	"link_rx_ring_drops":           "Frames the kernel dropped because a raw-mode receive ring was full",
+	"link_rx_truncated":            "Frames longer than a raw-mode receive ring slot, dropped",
 }
 
 func help(name string) string {
