@@ -33,7 +33,7 @@ demo: binaries
 # 9000 and 1500, 1 % loss, TAP mode), one table of each figure beside the
 # link's (root; a few minutes). Figures are printed, never judged.
 perf:
-	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnic-perf ./cmd/vrnic-linkbench
+	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-perf ./cmd/vrnic-linkbench
 	./scripts/perf.sh
 
 # test: formatting, vet, then every test under the race detector. Tests that

@@ -11,7 +11,8 @@
 #    QPs), write_lat, send_lat; then with --workers 2 (4 QPs).
 # 3. The link again (before and after are both shown; the better is the
 #    reference), then MTU 1500, a TAP-mode pair over bridges, and a run with
-#    1 % of RoCE frames dropped each way (nftables netdev egress).
+#    1 % of RoCE frames dropped each way (by a bridge between the daemons:
+#    nftables netdev egress on its ports).
 #
 # One table at the end: each figure beside the link's and the ratio
 # (daemon ÷ link). Figures are printed, never judged: the machine may be
@@ -32,11 +33,11 @@ LB_D=${LB_D:-1}
 LB_N=${LB_N:-3}
 PROFILE_DIR=${PROFILE_DIR:-}
 [ "$(id -u)" = 0 ] || { echo "perf: needs root (network namespaces, TAP, AF_PACKET)" >&2; exit 1; }
-for b in vrnicd vrnic-perf vrnic-linkbench; do
+for b in vrnicd vrnicctl vrnic-perf vrnic-linkbench; do
 	[ -x "$BIN/$b" ] || { echo "perf: $BIN/$b missing (run make perf)" >&2; exit 1; }
 done
 
-A=vrperfA-$$ B=vrperfB-$$
+A=vrperfA-$$ B=vrperfB-$$ M=vrperfM-$$
 RUN=$(mktemp -d /tmp/vrnicd-perf.XXXXXX)
 daemons=() # PIDs of the running daemons
 others=()  # PIDs of servers started in the background
@@ -53,6 +54,7 @@ cleanup() {
 	stop_pids "${others[@]}" "${daemons[@]}"
 	ip netns del "$A" 2>/dev/null || true
 	ip netns del "$B" 2>/dev/null || true
+	ip netns del "$M" 2>/dev/null || true
 	rm -rf "$RUN"
 }
 trap cleanup EXIT
@@ -71,7 +73,15 @@ net_up() {
 	ip netns add "$B"
 	ip -n "$A" link set lo up
 	ip -n "$B" link set lo up
+	veth_direct
+}
+
+veth_direct() {
 	ip link add vpA netns "$A" type veth peer name vpB netns "$B"
+	veth_addrs
+}
+
+veth_addrs() {
 	ip -n "$A" addr add 192.0.2.1/24 dev vpA
 	ip -n "$B" addr add 192.0.2.2/24 dev vpB
 	set_mtu 9000
@@ -158,6 +168,7 @@ wait_sockets() {
 stop_daemons() {
 	stop_pids "${daemons[@]}"
 	daemons=()
+	C=()
 	rm -f "$RUN/a.sock" "$RUN/b.sock"
 }
 
@@ -179,6 +190,7 @@ perf() {
 		return 0
 	fi
 	wait "$srv" 2>/dev/null || true
+	health
 	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
 	echo "$line"
 	case $t in
@@ -188,6 +200,32 @@ perf() {
 		;;
 	*_lat) R[$key]=$(awk '{ print $5 }' <<<"$line") ;;
 	esac
+}
+
+# health prints what the last run cost on the wire, from both daemons'
+# counters (client A, server B; since the previous run): retransmit
+# timeouts, packets sent again (after a timeout, a sequence NAK or an RNR
+# NAK, which send_bw meets when the server's receives run out), and
+# frames a receive ring had no room for. Only what is not 0 is shown.
+declare -A C # the counters' values at the last health
+health() {
+	local s ns n v d out=""
+	for s in a b; do
+		ns=$A
+		[ $s = b ] && ns=$B
+		local js
+		if ! js=$(ip netns exec "$ns" "$BIN/vrnicctl" stat --json --socket "$RUN/$s.sock" 2>&1); then
+			out+=" ${s^^}: vrnicctl stat failed: $js"
+			continue
+		fi
+		for n in retransmit_timeouts retransmitted_pkts rcvd_rnr_err link_rx_ring_drops; do
+			v=$(grep -o "\"$n\":[0-9]*" <<<"$js" | head -1 | cut -d: -f2) || v=0 # TAP mode has no ring
+			d=$((${v:-0} - ${C[$s.$n]:-0}))
+			C[$s.$n]=${v:-0}
+			[ "$d" != 0 ] && out+=" ${s^^}.$n=$d"
+		done
+	done
+	echo "   wire:${out:- clean (no retransmission, no ring drop)}"
 }
 
 bw_args() { echo -D "$D" --report_gbits "$@"; }
@@ -251,28 +289,43 @@ tap_pair() {
 
 # --- loss -----------------------------------------------------------------
 
-# loss_on PERCENT: drop that share of UDP 4791 frames leaving each veth end.
+# loss_on PERCENT: the veth is replaced by two, joined by a bridge in a
+# third namespace M whose two ports drop PERCENT % of the UDP 4791 frames
+# they forward (nftables netdev egress). Not on the daemons' own veth
+# ends: a frame an AF_PACKET socket sends passes that egress hook
+# unharmed on this kernel (the rule counts it, the peer receives it), and
+# the daemons' ETH_P_ALL sockets see a frame before an ingress hook.
 loss_on() {
-	local ns dev
-	for ns in "$A" "$B"; do
-		dev=vpA
-		[ "$ns" = "$B" ] && dev=vpB
-		ip netns exec "$ns" nft add table netdev vrperf
-		ip netns exec "$ns" nft add chain netdev vrperf eg "{ type filter hook egress device $dev priority 0; }"
-		ip netns exec "$ns" nft add rule netdev vrperf eg udp dport 4791 numgen random mod 100 "<" "$1" counter drop
+	local d
+	ip -n "$A" link del vpA
+	ip netns add "$M"
+	ip link add vpA netns "$A" type veth peer name mA netns "$M"
+	ip link add vpB netns "$B" type veth peer name mB netns "$M"
+	ip -n "$M" link add vpbr type bridge stp_state 0 forward_delay 0
+	for d in mA mB vpbr; do ip -n "$M" link set "$d" mtu 9000 up; done
+	ip -n "$M" link set mA master vpbr
+	ip -n "$M" link set mB master vpbr
+	veth_addrs
+	ip netns exec "$M" nft add table netdev vrperf || return 1
+	for d in mA mB; do
+		ip netns exec "$M" nft add chain netdev vrperf "eg$d" "{ type filter hook egress device $d priority 0; }" || return 1
+		ip netns exec "$M" nft add rule netdev vrperf "eg$d" udp dport 4791 numgen random mod 100 "<" "$1" counter drop || return 1
 	done
 }
 
 loss_report() {
-	local ns
-	for ns in "$A" "$B"; do
-		printf '   %s egress: %s\n' "${ns%%-*}" "$(ip netns exec "$ns" nft list chain netdev vrperf eg | grep -o 'counter packets [0-9]* bytes [0-9]*')"
+	local d
+	for d in mA mB; do
+		printf '   dropped towards %s: %s\n' "$([ $d = mA ] && echo A || echo B)" \
+			"$(ip netns exec "$M" nft list chain netdev vrperf "eg$d" | grep -o 'counter packets [0-9]* bytes [0-9]*')"
 	done
 }
 
+# loss_off: the direct veth again.
 loss_off() {
-	ip netns exec "$A" nft delete table netdev vrperf 2>/dev/null || true
-	ip netns exec "$B" nft delete table netdev vrperf 2>/dev/null || true
+	ip netns del "$M" 2>/dev/null || true
+	ip -n "$A" link del vpA 2>/dev/null || true
+	veth_direct
 }
 
 # --- the run --------------------------------------------------------------
@@ -318,19 +371,24 @@ perf raw1500.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
 stop_daemons
 set_mtu 9000
 
-step "1 % of RoCE frames dropped each way (nftables netdev egress), raw-mode daemons, MTU 9000"
+step "1 % of RoCE frames dropped each way (a bridge between the daemons, nftables netdev egress on its ports), raw-mode daemons, MTU 9000"
 if command -v nft >/dev/null && loss_on 1; then
 	start_raw
 	# shellcheck disable=SC2046
 	perf loss.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
 	# shellcheck disable=SC2046
 	perf loss.read_bw.q1 read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+	# The same with a 1 ms retransmit timeout instead of perftest's 67 ms
+	# (-u 14): the share of the loss figure that is waiting for timeouts.
+	# shellcheck disable=SC2046
+	perf loss.write_bw.u8 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1 -u 8)
 	perf loss.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
 	loss_report
 	stop_daemons
 	loss_off
 else
 	echo "perf: nft unavailable (apt-get install nftables) or it refused the egress chain: loss run skipped"
+	loss_off
 fi
 
 step "TAP-mode daemons, each TAP bridged to its veth end, MTU 9000"
@@ -399,10 +457,11 @@ echo "-- raw-mode daemons, MTU 1500 (RoCE MTU 1024)"
 row "write_bw 64 KiB, 1 QP" "${R[raw1500.write_bw.q1]:-}" "Gb/s" "$L15_WM" "payload Gb/s, $(lk link.1500.wm1024)"
 row "send_bw 64 B, 1 QP" "${R[raw1500.send_bw.q1.mpps]:-}" "M msg/s" "$L15_SO" "Mpps, $(lk link.1500.so64)"
 row "write_lat 8 B (t_typical)" "${R[raw1500.write_lat]:-}" "us" "$L_WO8" "median half RTT at MTU 9000"
-echo "-- raw-mode daemons, MTU 9000, 1 % loss each way"
-row "write_bw 64 KiB, 1 QP" "${R[loss.write_bw.q1]:-}" "Gb/s" "$L_WM" "lossless link, payload Gb/s"
-row "read_bw 64 KiB, 1 QP" "${R[loss.read_bw.q1]:-}" "Gb/s" "$L_WM" "lossless link, payload Gb/s"
-row "write_lat 8 B (t_typical)" "${R[loss.write_lat]:-}" "us" "$L_WO8" "lossless link"
+echo "-- raw-mode daemons, MTU 9000, 1 % loss each way (through a bridge; reference: vrnicd lossless on the veth)"
+row "write_bw 64 KiB, 1 QP" "${R[loss.write_bw.q1]:-}" "Gb/s" "${R[raw.write_bw.q1]:-}" "vrnicd lossless write_bw"
+row "read_bw 64 KiB, 1 QP" "${R[loss.read_bw.q1]:-}" "Gb/s" "${R[raw.read_bw.q1]:-}" "vrnicd lossless read_bw"
+row "write_bw, -u 8 (1 ms timeout)" "${R[loss.write_bw.u8]:-}" "Gb/s" "${R[raw.write_bw.q1]:-}" "vrnicd lossless write_bw"
+row "write_lat 8 B (t_typical)" "${R[loss.write_lat]:-}" "us" "${R[raw.write_lat]:-}" "vrnicd lossless write_lat"
 echo "-- TAP-mode daemons over bridges, MTU 9000 (link figures: the bare veth)"
 row "write_bw 64 KiB, 1 QP" "${R[tap.write_bw.q1]:-}" "Gb/s" "$L_WM" "veth payload Gb/s"
 row "send_bw 64 B, 1 QP" "${R[tap.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "veth Mpps"
