@@ -95,6 +95,41 @@ func (e *RejectedError) Error() string {
 	return fmt.Sprintf("rdma_cm: rejected (REJ reason %d)", e.Reason)
 }
 
+// Event is the rdma_cm event a Dial refused this way delivers in librdmacm
+// (REJECTED, status the REJ reason).
+func (e *RejectedError) Event() CMEvent {
+	return CMEvent{Type: CMEventRejected, Status: e.Reason, PrivateData: e.PrivateData}
+}
+
+// AddrError is a Dial or ResolveUD whose destination's link address did
+// not resolve: nobody answered ARP or neighbour discovery within the
+// daemon's resolution timeout. librdmacm reports this as the ADDR_ERROR
+// event of rdma_resolve_addr, status -ETIMEDOUT; errors.Is(err,
+// syscall.EHOSTUNREACH) holds too.
+type AddrError struct {
+	Addr netip.Addr // the destination
+	Err  error      // the daemon's answer (EHOSTUNREACH)
+}
+
+func (e *AddrError) Error() string {
+	return fmt.Sprintf("rdma_cm: address %v not resolved (ARP/ND): %v", e.Addr, e.Err)
+}
+
+func (e *AddrError) Unwrap() error { return e.Err }
+
+// Event is rdma_cm's ADDR_ERROR with status -ETIMEDOUT.
+func (e *AddrError) Event() CMEvent {
+	return CMEvent{Type: CMEventAddrError, Status: -int(syscall.ETIMEDOUT), Peer: netip.AddrPortFrom(e.Addr, 0)}
+}
+
+// addrErr turns the daemon's EHOSTUNREACH for dst into an *AddrError.
+func addrErr(err error, dst netip.Addr) error {
+	if errors.Is(err, syscall.EHOSTUNREACH) {
+		return &AddrError{Addr: dst.Unmap(), Err: err}
+	}
+	return err
+}
+
 // ErrUnreachable: the peer never answered (CM retries exhausted).
 var ErrUnreachable = &verbsock.Error{Op: verbsock.OpCMConnect, Errno: syscall.ETIMEDOUT, Msg: "rdma_cm: peer unreachable"}
 
@@ -207,7 +242,7 @@ func (c *Conn) QP() *QP { return c.qp }
 // addr and waits until the connection is established, rejected
 // (*RejectedError), unreachable (ErrUnreachable) or ctx is done (then it
 // is destroyed). An address whose link address does not resolve (ARP/ND,
-// the daemon's resolution timeout) fails at once with EHOSTUNREACH, rdma_cm's
+// the daemon's resolution timeout) fails with an *AddrError, rdma_cm's
 // ADDR_ERROR. Private data: at most ConnectPrivateLen bytes.
 func (d *Device) Dial(ctx context.Context, addr netip.AddrPort, qp *QP, p ConnParams) (*Conn, error) {
 	if qp == nil {
@@ -222,7 +257,7 @@ func (d *Device) Dial(ctx context.Context, addr netip.AddrPort, qp *QP, p ConnPa
 	var resp verbsock.CMConnectResp
 	if _, err := d.call(verbsock.OpCMConnect, &req, nil, &resp); err != nil {
 		d.cm.drop(c.ctx)
-		return nil, err
+		return nil, addrErr(err, addr.Addr())
 	}
 	c.h = resp.Conn
 	d.cm.setHandle(c)

@@ -272,3 +272,30 @@ func TestCMLimits(t *testing.T) {
 	default:
 	}
 }
+
+// TestCMAddrError: a Dial (and a ResolveUD) to an address of the subnet
+// that nobody holds ends, once ARP has gone unanswered for the daemon's
+// resolution timeout, in an *AddrError: rdma_cm's ADDR_ERROR, status
+// -ETIMEDOUT, which also reads as EHOSTUNREACH.
+func TestCMAddrError(t *testing.T) {
+	ce := newCMEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := ce.ds[1].Host.Addr.As4()
+	b[3] ^= 0x80 // same /24, nobody's
+	nobody := netip.AddrPortFrom(netip.AddrFrom4(b), 7174)
+	check := func(what string, err error) {
+		t.Helper()
+		var ae *verbs.AddrError
+		if !errors.As(err, &ae) || !errors.Is(err, syscall.EHOSTUNREACH) {
+			t.Fatalf("%s to %v: %v, want an *AddrError (EHOSTUNREACH)", what, nobody, err)
+		}
+		if ev := ae.Event(); ev.Type != verbs.CMEventAddrError || ev.Status != -int(syscall.ETIMEDOUT) || ev.Peer.Addr() != nobody.Addr() {
+			t.Errorf("%s: event %+v, want ADDR_ERROR, status -ETIMEDOUT, peer %v", what, ev, nobody.Addr())
+		}
+	}
+	_, err := ce.cli.Dial(ctx, nobody, ce.a.qp, verbs.ConnParams{})
+	check("Dial", err)
+	_, err = ce.cli.ResolveUD(ctx, nobody, nil)
+	check("ResolveUD", err)
+}

@@ -77,7 +77,7 @@ func (d *Device) ResolveUD(ctx context.Context, addr netip.AddrPort, privateData
 // port 0: ephemeral) to the rdma_cm UD service at dst and waits for the
 // answer: a *UDPeer, a *SIDRError (the peer refused), ErrUnreachable (no
 // answer after the CM's retries) or ctx's error. An address whose link
-// address does not resolve fails at once with EHOSTUNREACH. Private data:
+// address does not resolve fails with an *AddrError. Private data:
 // at most ResolveUDPrivateLen bytes.
 func (d *Device) ResolveUDFrom(ctx context.Context, src, dst netip.AddrPort, privateData []byte) (*UDPeer, error) {
 	if len(privateData) > ResolveUDPrivateLen {
@@ -95,7 +95,7 @@ func (d *Device) ResolveUDFrom(ctx context.Context, src, dst netip.AddrPort, pri
 	var resp verbsock.CMConnectResp
 	if _, err := d.call(verbsock.OpCMResolveUD, &req, nil, &resp); err != nil {
 		d.cm.drop(c.ctx)
-		return nil, err
+		return nil, addrErr(err, dst.Addr())
 	}
 	c.h = resp.Conn
 	d.cm.setHandle(c)
