@@ -5,48 +5,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
-type result struct {
-	out string
-	err error
-}
-
-// runPair runs a server on daemon 1 and, once it listens, a client on
-// daemon 0 pointed at it.
-func runPair(t *testing.T, ds [2]servertest.Daemon, srvArgs, cliArgs []string) (srv, cli result) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	listening := make(chan struct{}, 1)
-	onListen = func() { listening <- struct{}{} }
-	defer func() { onListen = nil }()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var o bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[1].Socket}, srvArgs...), &o, &o)
-		srv = result{o.String(), err}
-		if err != nil {
-			cancel()
-		}
-	}()
-	select {
-	case <-listening:
-		var o bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String()}, cliArgs...), &o, &o)
-		cli = result{o.String(), err}
-	case <-ctx.Done():
-	}
-	wg.Wait()
-	return srv, cli
-}
+// ucmatose is vrnic-ucmatose as a server on daemon 1 and a client (-s) on daemon
+// 0; everything goes to stdout, as cmatose's printf does.
+var ucmatose = tooltest.CMTool{Run: run, OnListen: &onListen, Combined: true, Client: []string{"-s"}}
 
 // cmatose's output on success (cmatose.c run_server, run_client, main).
 var (
@@ -56,28 +23,6 @@ var (
 	clientLines = []string{"cmatose: starting client", "cmatose: connecting", "receiving data transfers",
 		"sending replies", "data transfers complete", "test complete", "return status 0"}
 )
-
-func without(lines []string, drop ...string) []string {
-	var out []string
-	for _, l := range lines {
-		keep := true
-		for _, d := range drop {
-			keep = keep && l != d
-		}
-		if keep {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func checkLines(t *testing.T, who string, r result, want []string) {
-	t.Helper()
-	got := strings.Split(strings.TrimSuffix(r.out, "\n"), "\n")
-	if r.err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("%s: err %v, output:\n%s\nwant:\n%s", who, r.err, r.out, strings.Join(want, "\n"))
-	}
-}
 
 // TestUcmatoseTwoDaemons: vrnic-ucmatose's server and client between two
 // daemons: several connections, messages both ways, the server's
@@ -92,14 +37,14 @@ func TestUcmatoseTwoDaemons(t *testing.T) {
 	}{
 		{"defaults", 1, 10, 100, serverLines, clientLines},
 		{"4 conns 4096", 4, 20, 4096, serverLines, clientLines},
-		{"no messages", 3, 0, 100, without(serverLines, noData...), without(clientLines, noData...)},
+		{"no messages", 3, 0, 100, tooltest.Without(serverLines, noData...), tooltest.Without(clientLines, noData...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ds := servertest.TwoDaemons(t, 1500)
 			args := []string{"-c", fmt.Sprint(tc.conns), "-C", fmt.Sprint(tc.count), "-S", fmt.Sprint(tc.size)}
-			srv, cli := runPair(t, ds, args, args)
-			checkLines(t, "server", srv, tc.srvWant)
-			checkLines(t, "client", cli, tc.cliWant)
+			srv, cli := ucmatose.RunPair(t, ds, args, args)
+			tooltest.CheckLines(t, "server", srv, tc.srvWant)
+			tooltest.CheckLines(t, "client", cli, tc.cliWant)
 		})
 	}
 }
@@ -108,11 +53,10 @@ func TestUcmatoseTwoDaemons(t *testing.T) {
 // rdma_cm's REJECTED with reason 8 and returns that status.
 func TestUcmatoseRejected(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
-	var o bytes.Buffer
-	err := run(context.Background(), []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "-p", "9999"}, &o, &o)
-	if err == nil || !strings.Contains(o.String(), "cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\n") ||
-		!strings.HasSuffix(o.String(), "return status 8\n") {
-		t.Fatalf("err %v, output %q", err, o.String())
+	r := ucmatose.RunClient(context.Background(), ds, "-p", "9999")
+	if r.Err == nil || !strings.Contains(r.Stdout, "cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8\n") ||
+		!strings.HasSuffix(r.Stdout, "return status 8\n") {
+		t.Fatalf("err %v, output %q", r.Err, r.Stdout)
 	}
 }
 

@@ -5,48 +5,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
-type result struct {
-	out string
-	err error
-}
-
-// runPair runs a server on daemon 1 and, once it listens, a client on
-// daemon 0 pointed at it.
-func runPair(t *testing.T, ds [2]servertest.Daemon, srvArgs, cliArgs []string) (srv, cli result) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	listening := make(chan struct{}, 1)
-	onListen = func() { listening <- struct{}{} }
-	defer func() { onListen = nil }()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var o bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[1].Socket}, srvArgs...), &o, &o)
-		srv = result{o.String(), err}
-		if err != nil {
-			cancel()
-		}
-	}()
-	select {
-	case <-listening:
-		var o bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String()}, cliArgs...), &o, &o)
-		cli = result{o.String(), err}
-	case <-ctx.Done():
-	}
-	wg.Wait()
-	return srv, cli
-}
+// udaddy is vrnic-udaddy as a server on daemon 1 and a client (-s) on daemon
+// 0; everything goes to stdout, as udaddy's printf does.
+var udaddy = tooltest.CMTool{Run: run, OnListen: &onListen, Combined: true, Client: []string{"-s"}}
 
 // udaddy's output on success (udaddy.c run_server, run_client, main).
 var (
@@ -56,28 +23,6 @@ var (
 		"receiving data transfers", "data transfers complete", "test complete", "return status 0"}
 	noData = []string{"initiating data transfers", "receiving data transfers", "sending replies", "data transfers complete"}
 )
-
-func without(lines []string, drop ...string) []string {
-	var out []string
-	for _, l := range lines {
-		keep := true
-		for _, d := range drop {
-			keep = keep && l != d
-		}
-		if keep {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func checkLines(t *testing.T, who string, r result, want []string) {
-	t.Helper()
-	got := strings.Split(strings.TrimSuffix(r.out, "\n"), "\n")
-	if r.err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("%s: err %v, output:\n%s\nwant:\n%s", who, r.err, r.out, strings.Join(want, "\n"))
-	}
-}
 
 // TestUdaddyTwoDaemons: vrnic-udaddy's server and client between two
 // daemons: SIDR resolution of each peer, messages both ways; the output is
@@ -90,14 +35,14 @@ func TestUdaddyTwoDaemons(t *testing.T) {
 	}{
 		{"defaults", 1, 10, 100, serverLines, clientLines},
 		{"4 peers 1024", 4, 20, 1024, serverLines, clientLines},
-		{"no messages", 2, 0, 100, without(serverLines, noData...), without(clientLines, noData...)},
+		{"no messages", 2, 0, 100, tooltest.Without(serverLines, noData...), tooltest.Without(clientLines, noData...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ds := servertest.TwoDaemons(t, 1500)
 			args := []string{"-c", fmt.Sprint(tc.conns), "-C", fmt.Sprint(tc.count), "-S", fmt.Sprint(tc.size)}
-			srv, cli := runPair(t, ds, args, args)
-			checkLines(t, "server", srv, tc.srvWant)
-			checkLines(t, "client", cli, tc.cliWant)
+			srv, cli := udaddy.RunPair(t, ds, args, args)
+			tooltest.CheckLines(t, "server", srv, tc.srvWant)
+			tooltest.CheckLines(t, "client", cli, tc.cliWant)
 		})
 	}
 }
@@ -106,11 +51,10 @@ func TestUdaddyTwoDaemons(t *testing.T) {
 // rdma_cm's UNREACHABLE with SIDR status 1 and returns it.
 func TestUdaddyNoListener(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
-	var o bytes.Buffer
-	err := run(context.Background(), []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "--port", "9999"}, &o, &o)
-	if err == nil || !strings.Contains(o.String(), "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\n") ||
-		!strings.HasSuffix(o.String(), "return status 1\n") {
-		t.Fatalf("err %v, output %q", err, o.String())
+	r := udaddy.RunClient(context.Background(), ds, "--port", "9999")
+	if r.Err == nil || !strings.Contains(r.Stdout, "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1\n") ||
+		!strings.HasSuffix(r.Stdout, "return status 1\n") {
+		t.Fatalf("err %v, output %q", r.Err, r.Stdout)
 	}
 }
 
@@ -118,10 +62,9 @@ func TestUdaddyNoListener(t *testing.T) {
 // before any SIDR_REQ, as verify_test_params does.
 func TestUdaddyMessageTooBig(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
-	var o bytes.Buffer
-	err := run(context.Background(), []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "-S", "2000"}, &o, &o)
-	if err == nil || !strings.Contains(o.String(), "udaddy: message_size 2000 is larger than active mtu 1024\n") {
-		t.Fatalf("err %v, output %q", err, o.String())
+	r := udaddy.RunClient(context.Background(), ds, "-S", "2000")
+	if r.Err == nil || !strings.Contains(r.Stdout, "udaddy: message_size 2000 is larger than active mtu 1024\n") {
+		t.Fatalf("err %v, output %q", r.Err, r.Stdout)
 	}
 }
 

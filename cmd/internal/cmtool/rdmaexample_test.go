@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
@@ -17,26 +18,20 @@ func TestExampleServerClient(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	listening := make(chan struct{})
-	var srvOut bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- ExampleServer(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), DefaultPort), ds[1].Socket, &srvOut,
-			func() { close(listening) })
-	}()
-	select {
-	case <-listening:
-	case s := <-done:
-		t.Fatalf("server ended (%d) before listening:\n%s", s, srvOut.String())
-	}
+	var ss int // the server's status
+	srv := tooltest.Start(t, ctx, func(ctx context.Context, listening func()) tooltest.Result {
+		var o bytes.Buffer
+		ss = ExampleServer(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), DefaultPort), ds[1].Socket, &o, listening)
+		return tooltest.Result{Stdout: o.String()}
+	})
 	var cliOut bytes.Buffer
 	cs := ExampleClient(ctx, netip.AddrPortFrom(ds[1].Host.Addr, DefaultPort), ds[0].Socket, &cliOut)
-	ss := <-done
+	srvOut := srv.Wait().Stdout
 	if cs != 0 || cliOut.String() != "rdma_client: start\nrdma_client: end 0\n" {
 		t.Errorf("client status %d:\n%s", cs, cliOut.String())
 	}
-	if ss != 0 || srvOut.String() != "rdma_server: start\nrdma_server: end 0\n" {
-		t.Errorf("server status %d:\n%s", ss, srvOut.String())
+	if ss != 0 || srvOut != "rdma_server: start\nrdma_server: end 0\n" {
+		t.Errorf("server status %d:\n%s", ss, srvOut)
 	}
 }
 

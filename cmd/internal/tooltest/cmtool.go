@@ -1,0 +1,84 @@
+package tooltest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrnic/vrnicd/verbsock/server/servertest"
+)
+
+// CMTool is an rdma_cm tool of cmd/ (vrnic-rping, vrnic-ucmatose, ...) run
+// as a server on daemon 1 of a servertest pair and as a client on daemon 0.
+type CMTool struct {
+	Run RunFunc
+	// OnListen is the tool's hook that is told its server listens.
+	OnListen *func()
+	// Combined: the tool's stderr goes to Result.Stdout too, as
+	// ucmatose's and udaddy's printf does; rping's stays apart.
+	Combined bool
+	// Server is the flags that make the tool a server (rping's "-s").
+	Server []string
+	// Client is the flags that make it a client; the server's address
+	// follows them (rping's "-c", "-a"; ucmatose's "-s").
+	Client []string
+}
+
+// RunPair runs the server with srvArgs and, once it listens, the client
+// with cliArgs, within 60 seconds. A failing server ends the client's run
+// too.
+func (tl CMTool) RunPair(t testing.TB, ds [2]servertest.Daemon, srvArgs, cliArgs []string) (srv, cli Result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, _, ok := start(ctx, funcHook(tl.OnListen), tl.serve(ds, srvArgs))
+	if ok {
+		cli = tl.RunClient(s.ctx, ds, cliArgs...)
+	}
+	return s.Wait(), cli
+}
+
+// Start runs the server with args in the background and returns once it
+// listens; a server that ends before fails the test.
+func (tl CMTool) Start(t testing.TB, ctx context.Context, ds [2]servertest.Daemon, args ...string) *Server {
+	t.Helper()
+	s, _, ok := start(ctx, funcHook(tl.OnListen), tl.serve(ds, args))
+	return s.started(t, ok)
+}
+
+func (tl CMTool) serve(ds [2]servertest.Daemon, args []string) func(context.Context) Result {
+	args = append(append([]string{"--socket", ds[1].Socket}, tl.Server...), args...)
+	return func(ctx context.Context) Result { return capture(ctx, tl.Run, args, tl.Combined) }
+}
+
+// RunClient runs the client on daemon 0 with args, pointed at daemon 1.
+func (tl CMTool) RunClient(ctx context.Context, ds [2]servertest.Daemon, args ...string) Result {
+	a := append(append([]string{"--socket", ds[0].Socket}, tl.Client...), ds[1].Host.Addr.String())
+	return capture(ctx, tl.Run, append(a, args...), tl.Combined)
+}
+
+// Without is lines less every line of drop.
+func Without(lines []string, drop ...string) []string {
+	var out []string
+	for _, l := range lines {
+		keep := true
+		for _, d := range drop {
+			keep = keep && l != d
+		}
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// CheckLines checks that r succeeded with the output lines want; who
+// names the run.
+func CheckLines(t testing.TB, who string, r Result, want []string) {
+	t.Helper()
+	got := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
+	if r.Err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s: err %v, output:\n%s\nwant:\n%s", who, r.Err, r.Stdout, strings.Join(want, "\n"))
+	}
+}
