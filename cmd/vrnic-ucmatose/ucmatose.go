@@ -115,25 +115,12 @@ func (t *test) connectFailed(err error) int {
 // eachConnected runs f on every connected node at once and gives the
 // first failure's status.
 func (t *test) eachConnected(f func(*node) int) int {
-	var wg sync.WaitGroup
-	status := make([]int, len(t.nodes))
-	for i, n := range t.nodes {
-		if n == nil || !n.connected {
-			continue
+	return cmtool.Concurrently(len(t.nodes), func(i int) int {
+		if n := t.nodes[i]; n != nil && n.connected {
+			return f(n)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = f(n)
-		}()
-	}
-	wg.Wait()
-	for _, s := range status {
-		if s != 0 {
-			return s
-		}
-	}
-	return 0
+		return 0
+	})
 }
 
 // pollCQs is poll_cqs: message_count completions on every connected
@@ -279,24 +266,10 @@ func (t *test) runClient(ctx context.Context) int {
 	}
 	t.printf("cmatose: connecting\n")
 	t.nodes = make([]*node, t.cfg.conns)
-	status := make([]int, t.cfg.conns)
-	var wg sync.WaitGroup
 	for i := range t.nodes {
-		n := &node{id: i}
-		t.nodes[i] = n
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = t.connect(ctx, n)
-		}()
+		t.nodes[i] = &node{id: i}
 	}
-	wg.Wait()
-	ret := 0
-	for _, s := range status {
-		if s != 0 && ret == 0 {
-			ret = s
-		}
-	}
+	ret := cmtool.Concurrently(len(t.nodes), func(i int) int { return t.connect(ctx, t.nodes[i]) })
 	if ret == 0 && t.cfg.count > 0 {
 		ret = t.clientData(ctx)
 	}

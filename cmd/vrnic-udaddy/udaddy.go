@@ -276,22 +276,11 @@ func (t *test) runClient(ctx context.Context) int {
 	}
 	t.printf("udaddy: connecting\n")
 	t.nodes = make([]*node, t.cfg.conns)
-	status := make([]int, t.cfg.conns)
-	var wg sync.WaitGroup
 	for i := range t.nodes {
-		n := &node{id: i}
-		t.nodes[i] = n
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = t.resolve(ctx, n)
-		}()
+		t.nodes[i] = &node{id: i}
 	}
-	wg.Wait()
-	for _, s := range status {
-		if s != 0 {
-			return s
-		}
+	if s := cmtool.Concurrently(len(t.nodes), func(i int) int { return t.resolve(ctx, t.nodes[i]) }); s != 0 {
+		return s
 	}
 	if t.cfg.count == 0 {
 		return 0

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
@@ -202,4 +203,26 @@ func Port(s string) (uint16, error) {
 		return 0, fmt.Errorf("invalid port %q", s)
 	}
 	return uint16(v), nil
+}
+
+// Concurrently runs f(i) for each i from 0 to n-1 at once and gives the
+// first nonzero status in index order (0 if none): the examples' -c
+// connections come up, and fail, together, and report as the first.
+func Concurrently(n int, f func(i int) int) int {
+	status := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	for _, s := range status {
+		if s != 0 {
+			return s
+		}
+	}
+	return 0
 }

@@ -1,0 +1,49 @@
+package cmtool
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestConcurrently: every f runs, all at once (each waits for the
+// others), and the status is the first nonzero by index, not by time.
+func TestConcurrently(t *testing.T) {
+	for _, tc := range []struct {
+		status []int
+		want   int
+	}{
+		{nil, 0},
+		{[]int{0}, 0},
+		{[]int{0, 0, 0}, 0},
+		{[]int{3}, 3},
+		{[]int{0, 5, 0, 7}, 5},
+		{[]int{-1, 0, 2}, -1},
+	} {
+		var ran atomic.Int32
+		var all sync.WaitGroup
+		all.Add(len(tc.status))
+		got := Concurrently(len(tc.status), func(i int) int {
+			ran.Add(1)
+			all.Done()
+			all.Wait() // deadlocks unless every f runs at once
+			return tc.status[i]
+		})
+		if got != tc.want || int(ran.Load()) != len(tc.status) {
+			t.Errorf("%v: got %d after %d runs, want %d", tc.status, got, ran.Load(), tc.want)
+		}
+	}
+	// The later index fails first in time; the earlier one still wins.
+	first := make(chan struct{})
+	got := Concurrently(2, func(i int) int {
+		if i == 1 {
+			close(first)
+			return 9
+		}
+		<-first
+		return 4
+	})
+	if got != 4 {
+		t.Errorf("got %d, want 4 (index order)", got)
+	}
+}
