@@ -123,13 +123,13 @@ func parseArgs(args []string) (*config, error) {
 	}
 	parsed, operands, err := getopt.Parse(m.options(), rest)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
+		return cfg, getopt.Usagef("%v", err)
 	}
 	for _, o := range parsed {
 		num := func(lo, hi int64) (int, error) {
 			v, err := getopt.Int(o)
 			if err != nil {
-				return 0, &getopt.UsageError{Msg: err.Error()}
+				return 0, getopt.Usagef("%v", err)
 			}
 			if v < lo || v > hi {
 				return 0, getopt.Usagef("%s %d: out of range %d…%d", o.Name(), v, lo, hi)

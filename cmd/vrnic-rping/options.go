@@ -45,7 +45,7 @@ func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: 7174, size: 64, socket: DefaultSocket}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
+		return cfg, getopt.Usagef("%v", err)
 	}
 	if len(operands) > 0 {
 		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
@@ -60,11 +60,11 @@ func parseArgs(args []string) (*config, error) {
 		return cfg, nil
 	}
 	if role == 0 {
-		return cfg, &getopt.UsageError{Msg: "one of -s (server) and -c (client) is needed"}
+		return cfg, getopt.Usagef("one of -s (server) and -c (client) is needed")
 	}
 	cfg.server = role == 's'
 	if !cfg.server && !cfg.addr.IsValid() {
-		return cfg, &getopt.UsageError{Msg: "the client needs the server's address (-a)"}
+		return cfg, getopt.Usagef("the client needs the server's address (-a)")
 	}
 	return cfg, nil
 }

@@ -60,7 +60,7 @@ func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: cmtool.DefaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
+		return cfg, getopt.Usagef("%v", err)
 	}
 	if len(operands) > 0 {
 		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
@@ -74,7 +74,7 @@ func parseArgs(args []string) (*config, error) {
 		cfg.count = 0 // create_message: no messages without a size
 	}
 	if cfg.dst.IsValid() && cfg.src.IsValid() {
-		return cfg, &getopt.UsageError{Msg: "-b: the client's source is the device's address (vrnicd picks it)"}
+		return cfg, getopt.Usagef("-b: the client's source is the device's address (vrnicd picks it)")
 	}
 	return cfg, nil
 }

@@ -64,7 +64,7 @@ func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: defaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
 	opts, operands, err := getopt.Parse(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
+		return cfg, getopt.Usagef("%v", err)
 	}
 	if len(operands) > 0 {
 		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
@@ -107,7 +107,7 @@ func (cfg *config) apply(o getopt.Opt) error {
 			return getopt.Usagef("-f %s: only ip and name addresses (no AF_IB)", o.Arg)
 		}
 	case 't':
-		return &getopt.UsageError{Msg: "-t is not supported by vrnicd's rdma_cm"}
+		return getopt.Usagef("-t is not supported by vrnicd's rdma_cm")
 	default:
 		if o.Option.Long == "port" {
 			cfg.port, err = cmtool.Port(o.Arg)

@@ -13,7 +13,8 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
-// Usagef is a UsageError with a formatted message.
+// Usagef is a UsageError with a formatted message: the one way the tools
+// make theirs.
 func Usagef(format string, a ...any) error {
 	return &UsageError{fmt.Sprintf(format, a...)}
 }
