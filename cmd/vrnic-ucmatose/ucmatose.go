@@ -228,12 +228,7 @@ func (t *test) serverConnect(ctx context.Context, l *verbs.Listener) int {
 		}()
 	}
 	wg.Wait()
-	for _, s := range status {
-		if s != 0 {
-			return s
-		}
-	}
-	return 0
+	return cmtool.FirstFailure(status)
 }
 
 // accept is connect_handler and the ESTABLISHED that follows.

@@ -219,6 +219,12 @@ func Concurrently(n int, f func(i int) int) int {
 		}()
 	}
 	wg.Wait()
+	return FirstFailure(status)
+}
+
+// FirstFailure is the first nonzero of status (0 if none): the status of
+// a test of several connections, as the examples return it.
+func FirstFailure(status []int) int {
 	for _, s := range status {
 		if s != 0 {
 			return s

@@ -47,3 +47,16 @@ func TestConcurrently(t *testing.T) {
 		t.Errorf("got %d, want 4 (index order)", got)
 	}
 }
+
+func TestFirstFailure(t *testing.T) {
+	for _, tc := range []struct {
+		status []int
+		want   int
+	}{
+		{nil, 0}, {[]int{0, 0}, 0}, {[]int{0, -1, 8}, -1}, {[]int{8, -1}, 8},
+	} {
+		if got := FirstFailure(tc.status); got != tc.want {
+			t.Errorf("%v: got %d, want %d", tc.status, got, tc.want)
+		}
+	}
+}
