@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -126,22 +125,14 @@ func TestRpingRejected(t *testing.T) {
 }
 
 func TestRpingUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"-c"}, "needs the server's address"},
-		{[]string{"-a", "192.0.2.1"}, "one of -s"},
-		{[]string{"-s", "-S", "10"}, "Invalid size 10 (valid range is 26 to 65536)"},
-		{[]string{"-s", "-S", "65536"}, "Invalid size 65536"},
-		{[]string{"-s", "-C", "-1"}, "Invalid count -1"},
-		{[]string{"-s", "-x"}, "invalid option -- 'x'"},
-	} {
-		var o, e bytes.Buffer
-		if err := run(context.Background(), tc.args, &o, &e); err == nil || !strings.Contains(e.String(), tc.msg) {
-			t.Errorf("%v: err %v, stderr %q, want %q", tc.args, err, e.String(), tc.msg)
-		}
-	}
+	tooltest.CheckUsage(t, run, "", []tooltest.UsageCase{
+		{Args: []string{"-c"}, Msg: "needs the server's address"},
+		{Args: []string{"-a", "192.0.2.1"}, Msg: "one of -s"},
+		{Args: []string{"-s", "-S", "10"}, Msg: "Invalid size 10 (valid range is 26 to 65536)"},
+		{Args: []string{"-s", "-S", "65536"}, Msg: "Invalid size 65536"},
+		{Args: []string{"-s", "-C", "-1"}, Msg: "Invalid count -1"},
+		{Args: []string{"-s", "-x"}, Msg: "invalid option -- 'x'"},
+	})
 }
 
 // TestRpingPersistent: a -P server takes one client after another and

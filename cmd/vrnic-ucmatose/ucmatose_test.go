@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -30,23 +28,11 @@ var (
 func TestUcmatoseTwoDaemons(t *testing.T) {
 	noData := []string{"initiating data transfers", "completing sends", "receiving data transfers",
 		"sending replies", "data transfers complete"}
-	for _, tc := range []struct {
-		name               string
-		conns, count, size int
-		srvWant, cliWant   []string
-	}{
-		{"defaults", 1, 10, 100, serverLines, clientLines},
-		{"4 conns 4096", 4, 20, 4096, serverLines, clientLines},
-		{"no messages", 3, 0, 100, tooltest.Without(serverLines, noData...), tooltest.Without(clientLines, noData...)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ds := servertest.TwoDaemons(t, 1500)
-			args := []string{"-c", fmt.Sprint(tc.conns), "-C", fmt.Sprint(tc.count), "-S", fmt.Sprint(tc.size)}
-			srv, cli := ucmatose.RunPair(t, ds, args, args)
-			tooltest.CheckLines(t, "server", srv, tc.srvWant)
-			tooltest.CheckLines(t, "client", cli, tc.cliWant)
-		})
-	}
+	ucmatose.CheckExchanges(t, []tooltest.Exchange{
+		{Name: "defaults", Conns: 1, Count: 10, Size: 100, SrvWant: serverLines, CliWant: clientLines},
+		{Name: "4 conns 4096", Conns: 4, Count: 20, Size: 4096, SrvWant: serverLines, CliWant: clientLines},
+		{Name: "no messages", Conns: 3, Count: 0, Size: 100, SrvWant: tooltest.Without(serverLines, noData...), CliWant: tooltest.Without(clientLines, noData...)},
+	})
 }
 
 // TestUcmatoseRejected: a client to a port nobody listens on reports
@@ -61,22 +47,13 @@ func TestUcmatoseRejected(t *testing.T) {
 }
 
 func TestUcmatoseUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"-c", "0"}, "-c: \"0\" is not a number from 1"},
-		{[]string{"-S", "x"}, "-S:"},
-		{[]string{"-p", "70000"}, "invalid port"},
-		{[]string{"-m"}, "-m is not supported"},
-		{[]string{"-P", "ib"}, "only the tcp port space"},
-		{[]string{"-s", "192.0.2.1", "-b", "192.0.2.2"}, "-b: the client's source"},
-		{[]string{"-x"}, "invalid option -- 'x'"},
-	} {
-		var o, e bytes.Buffer
-		if err := run(context.Background(), tc.args, &o, &e); err == nil || !strings.Contains(e.String(), tc.msg) ||
-			!strings.Contains(o.String(), "usage: vrnic-ucmatose") {
-			t.Errorf("%v: err %v, stderr %q, want %q", tc.args, err, e.String(), tc.msg)
-		}
-	}
+	tooltest.CheckUsage(t, run, "usage: vrnic-ucmatose", []tooltest.UsageCase{
+		{Args: []string{"-c", "0"}, Msg: "-c: \"0\" is not a number from 1"},
+		{Args: []string{"-S", "x"}, Msg: "-S:"},
+		{Args: []string{"-p", "70000"}, Msg: "invalid port"},
+		{Args: []string{"-m"}, Msg: "-m is not supported"},
+		{Args: []string{"-P", "ib"}, Msg: "only the tcp port space"},
+		{Args: []string{"-s", "192.0.2.1", "-b", "192.0.2.2"}, Msg: "-b: the client's source"},
+		{Args: []string{"-x"}, Msg: "invalid option -- 'x'"},
+	})
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -28,23 +26,11 @@ var (
 // daemons: SIDR resolution of each peer, messages both ways; the output is
 // udaddy's.
 func TestUdaddyTwoDaemons(t *testing.T) {
-	for _, tc := range []struct {
-		name               string
-		conns, count, size int
-		srvWant, cliWant   []string
-	}{
-		{"defaults", 1, 10, 100, serverLines, clientLines},
-		{"4 peers 1024", 4, 20, 1024, serverLines, clientLines},
-		{"no messages", 2, 0, 100, tooltest.Without(serverLines, noData...), tooltest.Without(clientLines, noData...)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ds := servertest.TwoDaemons(t, 1500)
-			args := []string{"-c", fmt.Sprint(tc.conns), "-C", fmt.Sprint(tc.count), "-S", fmt.Sprint(tc.size)}
-			srv, cli := udaddy.RunPair(t, ds, args, args)
-			tooltest.CheckLines(t, "server", srv, tc.srvWant)
-			tooltest.CheckLines(t, "client", cli, tc.cliWant)
-		})
-	}
+	udaddy.CheckExchanges(t, []tooltest.Exchange{
+		{Name: "defaults", Conns: 1, Count: 10, Size: 100, SrvWant: serverLines, CliWant: clientLines},
+		{Name: "4 peers 1024", Conns: 4, Count: 20, Size: 1024, SrvWant: serverLines, CliWant: clientLines},
+		{Name: "no messages", Conns: 2, Count: 0, Size: 100, SrvWant: tooltest.Without(serverLines, noData...), CliWant: tooltest.Without(clientLines, noData...)},
+	})
 }
 
 // TestUdaddyNoListener: a client of a port nobody listens on reports
@@ -69,25 +55,16 @@ func TestUdaddyMessageTooBig(t *testing.T) {
 }
 
 func TestUdaddyUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"-c", "0"}, "-c: \"0\" is not a number from 1"},
-		{[]string{"-S", "x"}, "-S:"},
-		{[]string{"--port", "70000"}, "invalid port"},
-		{[]string{"-t", "1"}, "-t is not supported"},
-		{[]string{"-P", "ipoib"}, "only the udp port space"},
-		{[]string{"-p", "0x106"}, "only the UDP port space"},
-		{[]string{"-f", "gid"}, "only ip and name"},
-		{[]string{"-x"}, "invalid option -- 'x'"},
-	} {
-		var o, e bytes.Buffer
-		if err := run(context.Background(), tc.args, &o, &e); err == nil || !strings.Contains(e.String(), tc.msg) ||
-			!strings.Contains(o.String(), "usage: vrnic-udaddy") {
-			t.Errorf("%v: err %v, stderr %q, want %q", tc.args, err, e.String(), tc.msg)
-		}
-	}
+	tooltest.CheckUsage(t, run, "usage: vrnic-udaddy", []tooltest.UsageCase{
+		{Args: []string{"-c", "0"}, Msg: "-c: \"0\" is not a number from 1"},
+		{Args: []string{"-S", "x"}, Msg: "-S:"},
+		{Args: []string{"--port", "70000"}, Msg: "invalid port"},
+		{Args: []string{"-t", "1"}, Msg: "-t is not supported"},
+		{Args: []string{"-P", "ipoib"}, Msg: "only the udp port space"},
+		{Args: []string{"-p", "0x106"}, Msg: "only the UDP port space"},
+		{Args: []string{"-f", "gid"}, Msg: "only ip and name"},
+		{Args: []string{"-x"}, Msg: "invalid option -- 'x'"},
+	})
 	if cfg, err := parseArgs([]string{"-p", "0x111", "-P", "udp", "-b", "192.0.2.1"}); err != nil || cfg.port != 7174 || !cfg.src.IsValid() {
 		t.Fatalf("%+v %v", cfg, err)
 	}

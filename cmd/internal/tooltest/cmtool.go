@@ -2,6 +2,7 @@ package tooltest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,46 @@ func (tl CMTool) serve(ds [2]servertest.Daemon, args []string) func(context.Cont
 func (tl CMTool) RunClient(ctx context.Context, ds [2]servertest.Daemon, args ...string) Result {
 	a := append(append([]string{"--socket", ds[0].Socket}, tl.Client...), ds[1].Host.Addr.String())
 	return capture(ctx, tl.Run, append(a, args...), tl.Combined)
+}
+
+// Exchange is a case of ucmatose's and udaddy's tests: -c Conns, -C
+// Count and -S Size on both sides, and the lines each side prints.
+type Exchange struct {
+	Name               string
+	Conns, Count, Size int
+	SrvWant, CliWant   []string
+}
+
+// CheckExchanges runs each case as a subtest, a server and a client
+// between two new daemons.
+func (tl CMTool) CheckExchanges(t *testing.T, cases []Exchange) {
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			ds := servertest.TwoDaemons(t, 1500)
+			args := []string{"-c", fmt.Sprint(tc.Conns), "-C", fmt.Sprint(tc.Count), "-S", fmt.Sprint(tc.Size)}
+			srv, cli := tl.RunPair(t, ds, args, args)
+			CheckLines(t, "server", srv, tc.SrvWant)
+			CheckLines(t, "client", cli, tc.CliWant)
+		})
+	}
+}
+
+// UsageCase is a command line a tool refuses, and what it says on stderr.
+type UsageCase struct {
+	Args []string
+	Msg  string
+}
+
+// CheckUsage checks that run fails on each case's Args with Msg on stderr
+// and usage on stdout ("": stdout is not looked at).
+func CheckUsage(t *testing.T, run RunFunc, usage string, cases []UsageCase) {
+	t.Helper()
+	for _, tc := range cases {
+		r := capture(context.Background(), run, tc.Args, false)
+		if r.Err == nil || !strings.Contains(r.Stderr, tc.Msg) || !strings.Contains(r.Stdout, usage) {
+			t.Errorf("%v: err %v, stderr %q, want %q", tc.Args, r.Err, r.Stderr, tc.Msg)
+		}
+	}
 }
 
 // Without is lines less every line of drop.
