@@ -55,12 +55,9 @@ var options = []getopt.Option{
 
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: cmtool.DefaultPort, conns: 100, retries: 2, socket: verbs.SocketPath()}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, getopt.Usagef("%v", err)
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	for _, o := range opts {
 		var err error

@@ -43,12 +43,9 @@ var options = []getopt.Option{
 // parseArgs reads rping's options (getopt "a:Pp:C:S:scvVd") and --socket.
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: 7174, size: 64, socket: DefaultSocket}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, getopt.Usagef("%v", err)
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	role := 0
 	for _, o := range opts {

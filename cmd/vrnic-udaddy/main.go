@@ -62,12 +62,9 @@ const maxConns = 1024
 
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: defaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, getopt.Usagef("%v", err)
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	for _, o := range opts {
 		if err := cfg.apply(o); err != nil {

@@ -19,6 +19,19 @@ func Usagef(format string, a ...any) error {
 	return &UsageError{fmt.Sprintf(format, a...)}
 }
 
+// Options is Parse for a command that takes no operands, its errors
+// UsageErrors.
+func Options(opts []Option, args []string) ([]Opt, error) {
+	parsed, operands, err := Parse(opts, args)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	if len(operands) > 0 {
+		return nil, Usagef("unexpected argument %q", operands[0])
+	}
+	return parsed, nil
+}
+
 // Report is how a tool answers a command line it could not use: err on
 // stderr and, when err is a UsageError, usage on stdout.
 func Report(err error, stdout, stderr io.Writer, usage func(io.Writer)) {
