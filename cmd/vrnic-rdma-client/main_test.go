@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vrnic/vrnicd/cmd/internal/cmtool"
 	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
@@ -21,15 +20,10 @@ func TestRdmaClient(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var ss int // the server's status
-	srv := tooltest.Start(t, ctx, func(ctx context.Context, listening func()) tooltest.Result {
-		var o bytes.Buffer
-		ss = cmtool.ExampleServer(ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), 7000), ds[1].Socket, &o, listening)
-		return tooltest.Result{Stdout: o.String()}
-	})
+	srv := tooltest.StartExampleServer(t, ctx, netip.AddrPortFrom(netip.IPv4Unspecified(), 7000), ds[1].Socket)
 	r := rdmaClient.RunClient(ctx, ds, "-p", "7000")
-	if srvOut := srv.Wait().Stdout; r.Err != nil || ss != 0 || r.Stdout != "rdma_client: start\nrdma_client: end 0\n" {
-		t.Fatalf("client: %v\n%s%s\nserver %d:\n%s", r.Err, r.Stdout, r.Stderr, ss, srvOut)
+	if sr := srv.Wait(); r.Err != nil || sr.Err != nil || r.Stdout != "rdma_client: start\nrdma_client: end 0\n" {
+		t.Fatalf("client: %v\n%s%s\nserver %v:\n%s", r.Err, r.Stdout, r.Stderr, sr.Err, sr.Stdout)
 	}
 	var o, e bytes.Buffer
 	if err := run(ctx, []string{"-p", "x"}, &o, &e); err == nil {

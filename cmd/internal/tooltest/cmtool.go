@@ -1,12 +1,15 @@
 package tooltest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/cmtool"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
@@ -57,6 +60,20 @@ func (tl CMTool) serve(ds [2]servertest.Daemon, args []string) func(context.Cont
 func (tl CMTool) RunClient(ctx context.Context, ds [2]servertest.Daemon, args ...string) Result {
 	a := append(append([]string{"--socket", ds[0].Socket}, tl.Client...), ds[1].Host.Addr.String())
 	return capture(ctx, tl.Run, append(a, args...), tl.Combined)
+}
+
+// StartExampleServer starts cmtool.ExampleServer (rdma_server) on addr
+// behind socket, as Start does; its run's Err is its nonzero status.
+func StartExampleServer(t testing.TB, ctx context.Context, addr netip.AddrPort, socket string) *Server {
+	t.Helper()
+	return Start(t, ctx, func(ctx context.Context, listening func()) Result {
+		var o bytes.Buffer
+		var err error
+		if s := cmtool.ExampleServer(ctx, addr, socket, &o, listening); s != 0 {
+			err = fmt.Errorf("status %d", s)
+		}
+		return Result{Stdout: o.String(), Err: err}
+	})
 }
 
 // Exchange is a case of ucmatose's and udaddy's tests: -c Conns, -C
