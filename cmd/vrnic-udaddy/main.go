@@ -144,17 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := &test{cfg: cfg, out: stdout}
-	var status int
+	side := t.runServer
 	if cfg.dst.IsValid() {
-		status = t.runClient(ctx)
-	} else {
-		status = t.runServer(ctx)
+		side = t.runClient
 	}
-	fmt.Fprintf(stdout, "test complete\n")
-	t.destroy()
-	fmt.Fprintf(stdout, "return status %d\n", status)
-	if status != 0 {
-		return fmt.Errorf("return status %d", status)
-	}
-	return nil
+	return cmtool.RunTest(ctx, stdout, side, t.destroy)
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -231,4 +232,18 @@ func FirstFailure(status []int) int {
 		}
 	}
 	return 0
+}
+
+// RunTest is the end of cmatose's and udaddy's main: side's run (the
+// client's or the server's), "test complete", destroy, "return status N";
+// a nonzero N is also the error.
+func RunTest(ctx context.Context, out io.Writer, side func(context.Context) int, destroy func()) error {
+	status := side(ctx)
+	fmt.Fprintf(out, "test complete\n")
+	destroy()
+	fmt.Fprintf(out, "return status %d\n", status)
+	if status != 0 {
+		return fmt.Errorf("return status %d", status)
+	}
+	return nil
 }

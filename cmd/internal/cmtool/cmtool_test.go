@@ -1,6 +1,9 @@
 package cmtool
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,6 +60,21 @@ func TestFirstFailure(t *testing.T) {
 	} {
 		if got := FirstFailure(tc.status); got != tc.want {
 			t.Errorf("%v: got %d, want %d", tc.status, got, tc.want)
+		}
+	}
+}
+
+// TestRunTest: the side runs, then "test complete", destroy and the
+// status, which a nonzero one also is as the error.
+func TestRunTest(t *testing.T) {
+	for _, status := range []int{0, 8} {
+		var out strings.Builder
+		err := RunTest(context.Background(), &out,
+			func(context.Context) int { out.WriteString("side\n"); return status },
+			func() { out.WriteString("destroy\n") })
+		want := fmt.Sprintf("side\ntest complete\ndestroy\nreturn status %d\n", status)
+		if out.String() != want || (err != nil) != (status != 0) {
+			t.Errorf("status %d: err %v, output %q, want %q", status, err, out.String(), want)
 		}
 	}
 }
