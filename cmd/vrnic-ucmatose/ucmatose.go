@@ -155,21 +155,13 @@ func (t *test) postAllSends() int {
 // runServer is run_server: take -c connect requests, send, receive,
 // disconnect every connection and wait for their DISCONNECTED.
 func (t *test) runServer(ctx context.Context) int {
-	t.printf("cmatose: starting server\n")
+	addr := netip.AddrPortFrom(t.cfg.src, t.cfg.port)
+	var l *verbs.Listener
 	var err error
-	if t.dev, err = verbs.Open(t.cfg.socket); err != nil {
-		t.printf("cmatose: listen request failed: %v\n", err)
-		return -1
-	}
-	l, err := t.dev.Listen(netip.AddrPortFrom(t.cfg.src, t.cfg.port))
-	if err != nil {
-		t.printf("cmatose: bind address failed: %v\n", err)
+	if t.dev, l, err = cmtool.ServerStart(t.printf, "cmatose", t.cfg.socket, (*verbs.Device).Listen, addr, onListen); err != nil {
 		return -1
 	}
 	defer l.Close()
-	if onListen != nil {
-		onListen()
-	}
 	if status := t.serverConnect(ctx, l); status != 0 {
 		return status
 	}
@@ -253,13 +245,10 @@ func (t *test) accept(ctx context.Context, n *node) int {
 // runClient is run_client: -c connections at once, receive, send the
 // replies, then wait for the server's disconnect of each.
 func (t *test) runClient(ctx context.Context) int {
-	t.printf("cmatose: starting client\n")
 	var err error
-	if t.dev, err = verbs.Open(t.cfg.socket); err != nil {
-		t.printf("cmatose: failure getting addr: %v\n", err)
+	if t.dev, err = cmtool.ClientStart(t.printf, "cmatose", t.cfg.socket); err != nil {
 		return -1
 	}
-	t.printf("cmatose: connecting\n")
 	t.nodes = make([]*node, t.cfg.conns)
 	for i := range t.nodes {
 		t.nodes[i] = &node{id: i}
