@@ -250,10 +250,10 @@ func (t *test) runClient(ctx context.Context) int {
 		return -1
 	}
 	t.nodes = make([]*node, t.cfg.conns)
-	for i := range t.nodes {
+	ret := cmtool.Concurrently(len(t.nodes), func(i int) int {
 		t.nodes[i] = &node{id: i}
-	}
-	ret := cmtool.Concurrently(len(t.nodes), func(i int) int { return t.connect(ctx, t.nodes[i]) })
+		return t.connect(ctx, t.nodes[i])
+	})
 	if ret == 0 && t.cfg.count > 0 {
 		ret = t.clientData(ctx)
 	}

@@ -265,10 +265,10 @@ func (t *test) runClient(ctx context.Context) int {
 		return -1
 	}
 	t.nodes = make([]*node, t.cfg.conns)
-	for i := range t.nodes {
+	if s := cmtool.Concurrently(len(t.nodes), func(i int) int {
 		t.nodes[i] = &node{id: i}
-	}
-	if s := cmtool.Concurrently(len(t.nodes), func(i int) int { return t.resolve(ctx, t.nodes[i]) }); s != 0 {
+		return t.resolve(ctx, t.nodes[i])
+	}); s != 0 {
 		return s
 	}
 	if t.cfg.count == 0 {
