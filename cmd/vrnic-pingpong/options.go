@@ -82,41 +82,12 @@ type config struct {
 // parseArgs reads a command line: our own --mode and --socket, then the
 // chosen tool's options and its optional server name.
 func parseArgs(args []string) (*config, error) {
-	m := modes["rc"]
-	cfg := &config{mode: m, socket: verbs.SocketPath()}
-	// --mode decides which options exist; find it first.
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, val, hasVal := strings.Cut(a, "=")
-		switch name {
-		case "--mode", "--socket":
-			if !hasVal {
-				if i+1 >= len(args) {
-					return cfg, getopt.Usagef("option '%s' requires an argument", name)
-				}
-				i++
-				val = args[i]
-			}
-			if name == "--socket" {
-				cfg.socket = val
-				continue
-			}
-			if m = modes[val]; m == nil {
-				return cfg, getopt.Usagef("--mode %q: want rc, uc, ud or srq", val)
-			}
-			continue
-		case "--help", "-h":
-			cfg.help = true
-			continue
-		case "--":
-			rest = append(rest, args[i:]...)
-			i = len(args)
-			continue
-		}
-		rest = append(rest, a)
+	cfg := &config{mode: modes["rc"], socket: verbs.SocketPath()}
+	rest, err := cfg.parseMode(args)
+	if err != nil {
+		return cfg, err
 	}
-	cfg.mode = m
+	m := cfg.mode
 	cfg.port, cfg.ibPort, cfg.size, cfg.mtu, cfg.rxDepth, cfg.iters, cfg.gidx, cfg.numQP = oob.DefaultPort, 1, m.defSize, 1024, 500, 1000, -1, 16
 	if cfg.help {
 		return cfg, nil
@@ -126,52 +97,7 @@ func parseArgs(args []string) (*config, error) {
 		return cfg, getopt.Usagef("%v", err)
 	}
 	for _, o := range parsed {
-		num := func(lo, hi int64) (int, error) {
-			v, err := getopt.Int(o)
-			if err != nil {
-				return 0, getopt.Usagef("%v", err)
-			}
-			if v < lo || v > hi {
-				return 0, getopt.Usagef("%s %d: out of range %d…%d", o.Name(), v, lo, hi)
-			}
-			return int(v), nil
-		}
-		var err error
-		switch o.Option.Short {
-		case 'p':
-			cfg.port, err = num(0, 65535)
-		case 'd':
-			cfg.ibDev = o.Arg
-		case 'i':
-			cfg.ibPort, err = num(1, 1)
-		case 's':
-			cfg.size, err = num(1, 1<<31-1)
-		case 'm':
-			var v int
-			if v, err = num(0, 1<<31-1); err == nil {
-				if v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096 {
-					err = getopt.Usagef("-m %d: want 256, 512, 1024, 2048 or 4096", v)
-				}
-				cfg.mtu = v
-			}
-		case 'r':
-			cfg.rxDepth, err = num(1, 1<<20)
-		case 'n':
-			cfg.iters, err = num(0, 1<<31-1)
-		case 'l':
-			cfg.sl, err = num(0, 15) // accepted; RoCE has no SL on the wire
-		case 'e':
-			cfg.events = true
-		case 'g':
-			cfg.gidx, err = num(0, 1<<20)
-		case 'q':
-			cfg.numQP, err = num(1, 1<<20)
-		case 'c':
-			cfg.validate = true
-		default: // -o -O -P -t -j -N: ODP, timestamps, device memory, the new post API
-			err = fmt.Errorf("%s: not supported by vrnicd", o.Name())
-		}
-		if err != nil {
+		if err := cfg.apply(o); err != nil {
 			return cfg, err
 		}
 	}
@@ -193,6 +119,96 @@ func parseArgs(args []string) (*config, error) {
 		cfg.numQP = 1
 	}
 	return cfg, nil
+}
+
+// parseMode finds --mode (which decides what options there are),
+// --socket and --help in args, before the mode's own options are parsed;
+// the rest of args is left for them.
+func (cfg *config) parseMode(args []string) ([]string, error) {
+	m := cfg.mode
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, val, hasVal := strings.Cut(a, "=")
+		switch name {
+		case "--mode", "--socket":
+			if !hasVal {
+				if i+1 >= len(args) {
+					return nil, getopt.Usagef("option '%s' requires an argument", name)
+				}
+				i++
+				val = args[i]
+			}
+			if name == "--socket" {
+				cfg.socket = val
+				continue
+			}
+			if m = modes[val]; m == nil {
+				return nil, getopt.Usagef("--mode %q: want rc, uc, ud or srq", val)
+			}
+			continue
+		case "--help", "-h":
+			cfg.help = true
+			continue
+		case "--":
+			rest = append(rest, args[i:]...)
+			i = len(args)
+			continue
+		}
+		rest = append(rest, a)
+	}
+	cfg.mode = m
+	return rest, nil
+}
+
+// apply is one of the mode's options.
+func (cfg *config) apply(o getopt.Opt) error {
+	num := func(lo, hi int64) (int, error) {
+		v, err := getopt.Int(o)
+		if err != nil {
+			return 0, getopt.Usagef("%v", err)
+		}
+		if v < lo || v > hi {
+			return 0, getopt.Usagef("%s %d: out of range %d…%d", o.Name(), v, lo, hi)
+		}
+		return int(v), nil
+	}
+	var err error
+	switch o.Option.Short {
+	case 'p':
+		cfg.port, err = num(0, 65535)
+	case 'd':
+		cfg.ibDev = o.Arg
+	case 'i':
+		cfg.ibPort, err = num(1, 1)
+	case 's':
+		cfg.size, err = num(1, 1<<31-1)
+	case 'm':
+		var v int
+		if v, err = num(0, 1<<31-1); err == nil {
+			if v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096 {
+				err = getopt.Usagef("-m %d: want 256, 512, 1024, 2048 or 4096", v)
+			}
+			cfg.mtu = v
+		}
+	case 'r':
+		cfg.rxDepth, err = num(1, 1<<20)
+	case 'n':
+		cfg.iters, err = num(0, 1<<31-1)
+	case 'l':
+		cfg.sl, err = num(0, 15) // accepted; RoCE has no SL on the wire
+	case 'e':
+		cfg.events = true
+	case 'g':
+		cfg.gidx, err = num(0, 1<<20)
+	case 'q':
+		cfg.numQP, err = num(1, 1<<20)
+	case 'c':
+		cfg.validate = true
+	default: // -o -O -P -t -j -N: ODP, timestamps, device memory, the new post API
+		err = fmt.Errorf("%s: not supported by vrnicd", o.Name())
+	}
+	return err
 }
 
 // usage prints the chosen tool's usage, rdma-core's text plus our options.
