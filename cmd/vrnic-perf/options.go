@@ -208,12 +208,8 @@ func parseArgs(args []string) (*params, error) {
 	if p.help || p.version {
 		return p, nil
 	}
-	switch len(operands) {
-	case 0:
-	case 1:
-		p.servername = operands[0]
-	default:
-		return p, getopt.Usagef("unexpected arguments %q", operands[1:])
+	if p.servername, err = getopt.Server(operands); err != nil {
+		return p, err
 	}
 	return p, p.force()
 }

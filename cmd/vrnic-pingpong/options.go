@@ -101,12 +101,8 @@ func parseArgs(args []string) (*config, error) {
 			return cfg, err
 		}
 	}
-	switch len(operands) {
-	case 0:
-	case 1:
-		cfg.servername = operands[0]
-	default:
-		return cfg, getopt.Usagef("unexpected arguments %q", operands[1:])
+	if cfg.servername, err = getopt.Server(operands); err != nil {
+		return cfg, err
 	}
 	if m.hasNQP {
 		if cfg.numQP > cfg.rxDepth {

@@ -98,3 +98,21 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestServer(t *testing.T) {
+	for _, tc := range []struct {
+		operands []string
+		want     string
+		ok       bool
+	}{
+		{nil, "", true}, {[]string{"h"}, "h", true}, {[]string{"h", "x", "y"}, "", false},
+	} {
+		got, err := Server(tc.operands)
+		if u := (*UsageError)(nil); got != tc.want || (err == nil) != tc.ok || (err != nil && !errors.As(err, &u)) {
+			t.Errorf("%q: got %q, %v", tc.operands, got, err)
+		}
+	}
+	if _, err := Server([]string{"h", "x", "y"}); err == nil || err.Error() != `unexpected arguments ["x" "y"]` {
+		t.Errorf("got %v", err)
+	}
+}

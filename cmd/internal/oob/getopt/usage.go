@@ -32,6 +32,18 @@ func Options(opts []Option, args []string) ([]Opt, error) {
 	return parsed, nil
 }
 
+// Server is the server operand of a perftest-style command line
+// ("[options] [server]"): none (a server) or one; more is a UsageError.
+func Server(operands []string) (string, error) {
+	switch len(operands) {
+	case 0:
+		return "", nil
+	case 1:
+		return operands[0], nil
+	}
+	return "", Usagef("unexpected arguments %q", operands[1:])
+}
+
 // Report is how a tool answers a command line it could not use: err on
 // stderr and, when err is a UsageError, usage on stdout.
 func Report(err error, stdout, stderr io.Writer, usage func(io.Writer)) {
