@@ -14,7 +14,7 @@ import (
 
 // cmtime is vrnic-cmtime as a server on daemon 1 and a client (-s) on
 // daemon 0.
-var cmtime = tooltest.CMTool{Run: run, OnListen: &onListen, Client: []string{"-s"}}
+var cmtime = tooltest.CMTool{Run: run, OnListen: &onListen, ClientFlags: []string{"-s"}}
 
 // cmtime's table row: "%-13s: %11.2f%11.2f%11.2f%11.2f".
 var rowRE = regexp.MustCompile(`^(create qp|connect|disconnect|destroy) *: +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}$`)

@@ -12,7 +12,7 @@ import (
 )
 
 // rdmaClient is vrnic-rdma-client (-s) on daemon 0.
-var rdmaClient = tooltest.CMTool{Run: run, Client: []string{"-s"}}
+var rdmaClient = tooltest.CMTool{Run: run, ClientFlags: []string{"-s"}}
 
 // TestRdmaClient: vrnic-rdma-client's command line against an rdma_server
 // on the other daemon: "start", "end 0".

@@ -20,7 +20,7 @@ type result = tooltest.Result
 
 // rping is vrnic-rping as a server (-s) on daemon 1 and a client (-c -a)
 // on daemon 0; its stderr stays apart from its stdout.
-var rping = tooltest.CMTool{Run: run, OnListen: &onListen, Server: []string{"-s"}, Client: []string{"-c", "-a"}}
+var rping = tooltest.CMTool{Run: run, OnListen: &onListen, ServerFlags: []string{"-s"}, ClientFlags: []string{"-c", "-a"}}
 
 // want is rping's output for count pings of size bytes: the client's
 // "ping data: rdma-ping-N: " then size-1 bytes of the letters 'A'..'z'

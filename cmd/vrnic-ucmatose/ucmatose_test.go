@@ -11,7 +11,7 @@ import (
 
 // ucmatose is vrnic-ucmatose as a server on daemon 1 and a client (-s) on daemon
 // 0; everything goes to stdout, as cmatose's printf does.
-var ucmatose = tooltest.CMTool{Run: run, OnListen: &onListen, Combined: true, Client: []string{"-s"}}
+var ucmatose = tooltest.CMTool{Run: run, OnListen: &onListen, Combined: true, ClientFlags: []string{"-s"}}
 
 // cmatose's output on success (cmatose.c run_server, run_client, main).
 var (

@@ -11,7 +11,7 @@ import (
 
 // udaddy is vrnic-udaddy as a server on daemon 1 and a client (-s) on daemon
 // 0; everything goes to stdout, as udaddy's printf does.
-var udaddy = tooltest.CMTool{Run: run, OnListen: &onListen, Combined: true, Client: []string{"-s"}}
+var udaddy = tooltest.CMTool{Run: run, OnListen: &onListen, Combined: true, ClientFlags: []string{"-s"}}
 
 // udaddy's output on success (udaddy.c run_server, run_client, main).
 var (

@@ -22,11 +22,11 @@ type CMTool struct {
 	// Combined: the tool's stderr goes to Result.Stdout too, as
 	// ucmatose's and udaddy's printf does; rping's stays apart.
 	Combined bool
-	// Server is the flags that make the tool a server (rping's "-s").
-	Server []string
-	// Client is the flags that make it a client; the server's address
-	// follows them (rping's "-c", "-a"; ucmatose's "-s").
-	Client []string
+	// ServerFlags make the tool a server (rping's "-s").
+	ServerFlags []string
+	// ClientFlags make it a client; the server's address follows them
+	// (rping's "-c", "-a"; ucmatose's "-s").
+	ClientFlags []string
 }
 
 // RunPair runs the server with srvArgs and, once it listens, the client
@@ -51,14 +51,15 @@ func (tl CMTool) Start(t testing.TB, ctx context.Context, ds [2]servertest.Daemo
 	return s.started(t, ok)
 }
 
+// serve is the server's run on daemon 1 with args, for start.
 func (tl CMTool) serve(ds [2]servertest.Daemon, args []string) func(context.Context) Result {
-	args = append(append([]string{"--socket", ds[1].Socket}, tl.Server...), args...)
+	args = append(append([]string{"--socket", ds[1].Socket}, tl.ServerFlags...), args...)
 	return func(ctx context.Context) Result { return capture(ctx, tl.Run, args, tl.Combined) }
 }
 
 // RunClient runs the client on daemon 0 with args, pointed at daemon 1.
 func (tl CMTool) RunClient(ctx context.Context, ds [2]servertest.Daemon, args ...string) Result {
-	a := append(append([]string{"--socket", ds[0].Socket}, tl.Client...), ds[1].Host.Addr.String())
+	a := append(append([]string{"--socket", ds[0].Socket}, tl.ClientFlags...), ds[1].Host.Addr.String())
 	return capture(ctx, tl.Run, append(a, args...), tl.Combined)
 }
 
