@@ -8,8 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
+
+// cmtime is vrnic-cmtime as a server on daemon 1 and a client (-s) on
+// daemon 0.
+var cmtime = tooltest.CMTool{Run: run, OnListen: &onListen, ClientFlags: []string{"-s"}}
 
 // cmtime's table row: "%-13s: %11.2f%11.2f%11.2f%11.2f".
 var rowRE = regexp.MustCompile(`^(create qp|connect|disconnect|destroy) *: +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}$`)
@@ -21,29 +26,17 @@ func TestCmtimeTwoDaemons(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	listening := make(chan struct{})
-	onListen = func() { close(listening) }
-	defer func() { onListen = nil }()
-	var srvOut, srvErr bytes.Buffer
-	done := make(chan error, 1)
-	sctx, stop := context.WithCancel(ctx)
-	go func() { done <- run(sctx, []string{"--socket", ds[1].Socket}, &srvOut, &srvErr) }()
-	select {
-	case <-listening:
-	case err := <-done:
-		t.Fatalf("server ended: %v\n%s", err, srvErr.String())
-	}
+	srv := cmtime.Start(t, ctx, ds)
 	for round := range 3 {
-		var o, e bytes.Buffer
-		err := run(ctx, []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "-c", "100"}, &o, &e)
-		if err != nil {
-			t.Fatalf("round %d: %v\n%s%s\nserver:\n%s", round, err, o.String(), e.String(), srvOut.String())
+		r := cmtime.RunClient(ctx, ds, "-c", "100")
+		if r.Err != nil {
+			t.Fatalf("round %d: %v\n%s%s\nserver:\n%s", round, r.Err, r.Stdout, r.Stderr, srv.Stop().Stdout)
 		}
-		lines := strings.Split(strings.TrimSuffix(o.String(), "\n"), "\n")
+		lines := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
 		want := []string{"creating qp", "connecting", "disconnecting", "destroying id",
 			"step              total ms     max ms     min us  us / conn"}
 		if len(lines) != len(want)+4 || strings.Join(lines[:len(want)], "\n") != strings.Join(want, "\n") {
-			t.Fatalf("round %d output:\n%s", round, o.String())
+			t.Fatalf("round %d output:\n%s", round, r.Stdout)
 		}
 		for _, l := range lines[len(want):] {
 			if !rowRE.MatchString(l) {
@@ -51,9 +44,8 @@ func TestCmtimeTwoDaemons(t *testing.T) {
 			}
 		}
 	}
-	stop()
-	if err := <-done; err != nil || srvOut.Len() != 0 {
-		t.Errorf("server: %v\n%s%s", err, srvOut.String(), srvErr.String())
+	if r := srv.Stop(); r.Err != nil || r.Stdout != "" {
+		t.Errorf("server: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 	}
 }
 
@@ -61,10 +53,9 @@ func TestCmtimeTwoDaemons(t *testing.T) {
 // with REJECTED 8, and the client says so and exits 1.
 func TestCmtimeRejected(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
-	var o, e bytes.Buffer
-	err := run(context.Background(), []string{"--socket", ds[0].Socket, "-s", ds[1].Host.Addr.String(), "-c", "3", "-p", "9999"}, &o, &e)
-	if err == nil || !strings.Contains(e.String(), "3 of 3 connections failed; the first: event: RDMA_CM_EVENT_REJECTED, error: 8") {
-		t.Fatalf("err %v\n%s%s", err, o.String(), e.String())
+	r := cmtime.RunClient(context.Background(), ds, "-c", "3", "-p", "9999")
+	if r.Err == nil || !strings.Contains(r.Stderr, "3 of 3 connections failed; the first: event: RDMA_CM_EVENT_REJECTED, error: 8") {
+		t.Fatalf("err %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 	}
 }
 

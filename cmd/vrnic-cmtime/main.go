@@ -55,12 +55,9 @@ var options = []getopt.Option{
 
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: cmtool.DefaultPort, conns: 100, retries: 2, socket: verbs.SocketPath()}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	for _, o := range opts {
 		var err error
@@ -85,7 +82,7 @@ func parseArgs(args []string) (*config, error) {
 		}
 	}
 	if cfg.dst.IsValid() && cfg.src.IsValid() {
-		return cfg, &getopt.UsageError{Msg: "-b: the client's source is the device's address (vrnicd picks it)"}
+		return cfg, getopt.Usagef("-b: the client's source is the device's address (vrnicd picks it)")
 	}
 	return cfg, nil
 }

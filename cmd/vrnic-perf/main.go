@@ -12,11 +12,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
+	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
@@ -27,10 +27,7 @@ func main() { tool.Docs(docPage); tool.Main(run) }
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	p, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		if u := (*usageError)(nil); errors.As(err, &u) {
-			usage(stdout)
-		}
+		getopt.Report(err, stdout, stderr, usage)
 		return err
 	}
 	switch {

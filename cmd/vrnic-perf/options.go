@@ -165,23 +165,18 @@ var options = []getopt.Option{
 	{Long: "use_hugepages"},
 }
 
-// usageError is a bad command line.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
 // parseArgs reads "TEST [options] [server]" into perftest's parameters,
 // with its defaults, range checks and force_dependecies adjustments.
 func parseArgs(args []string) (*params, error) {
 	if len(args) == 0 {
-		return nil, &usageError{"no test: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat"}
+		return nil, getopt.Usagef("no test: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat")
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return &params{help: true}, nil
 	}
 	t, ok := tests[args[0]]
 	if !ok {
-		return nil, &usageError{fmt.Sprintf("unknown test %q: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat", args[0])}
+		return nil, getopt.Usagef("unknown test %q: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat", args[0])
 	}
 	p := &params{test: t, port: oob.DefaultPort, ibPort: 1, gidIndex: -1, numQPs: 1, inlineSize: -1, cqMod: defCQMod,
 		duration: defDuration, margin: -1, qpTimeout: defQPTime, atomic: fetchAndAdd, socket: verbs.SocketPath()}
@@ -203,7 +198,7 @@ func parseArgs(args []string) (*params, error) {
 	}
 	opts, operands, err := getopt.Parse(options, args[1:])
 	if err != nil {
-		return p, &usageError{err.Error()}
+		return p, getopt.Usagef("%v", err)
 	}
 	for _, o := range opts {
 		if err := p.set(o); err != nil {
@@ -213,12 +208,8 @@ func parseArgs(args []string) (*params, error) {
 	if p.help || p.version {
 		return p, nil
 	}
-	switch len(operands) {
-	case 0:
-	case 1:
-		p.servername = operands[0]
-	default:
-		return p, &usageError{fmt.Sprintf("unexpected arguments %q", operands[1:])}
+	if p.servername, err = getopt.Server(operands); err != nil {
+		return p, err
 	}
 	return p, p.force()
 }
@@ -227,10 +218,10 @@ func (p *params) set(o getopt.Opt) error {
 	num := func(lo, hi int64, name string) (int64, error) {
 		v, err := getopt.Int(o)
 		if err != nil {
-			return 0, &usageError{fmt.Sprintf(" %s argument %s should be int", name, o.Arg)}
+			return 0, getopt.Usagef(" %s argument %s should be int", name, o.Arg)
 		}
 		if v < lo || v > hi {
-			return 0, &usageError{fmt.Sprintf(" %s should be between %d and %d", name, lo, hi)}
+			return 0, getopt.Usagef(" %s should be between %d and %d", name, lo, hi)
 		}
 		return v, nil
 	}
@@ -259,7 +250,7 @@ func (p *params) set(o getopt.Opt) error {
 		}
 		n, perr := strconv.ParseUint(arg, 0, 64)
 		if perr != nil || n*factor < 1 || n*factor > (1<<32-1)/2 {
-			return &usageError{fmt.Sprintf(" Message Size should be between %d and %d", 1, (1<<32-1)/2)}
+			return getopt.Usagef(" Message Size should be between %d and %d", 1, (1<<32-1)/2)
 		}
 		p.size, p.reqSize = n*factor, true
 	case 'n':
@@ -286,31 +277,31 @@ func (p *params) set(o getopt.Opt) error {
 		}
 	case 'q':
 		if p.test.lat {
-			return &usageError{" Multiple QPs only available on bw tests"}
+			return getopt.Usagef(" Multiple QPs only available on bw tests")
 		}
 		v, err = num(1, 16384, "num of Qps")
 		p.numQPs = int(v)
 	case 'e':
 		if p.test.verb == verbWrite {
-			return &usageError{" Events feature not available on WRITE verb"}
+			return getopt.Usagef(" Events feature not available on WRITE verb")
 		}
 		p.events = true
 	case 'I':
 		if p.test.verb == verbRead || p.test.verb == verbAtomic {
-			return &usageError{" Inline feature not available on READ/Atomic verbs"}
+			return getopt.Usagef(" Inline feature not available on READ/Atomic verbs")
 		}
 		v, err = num(0, 912, "Max inline")
 		p.inlineSize, p.userInline = int(v), true
 	case 'o':
 		if p.test.verb != verbRead && p.test.verb != verbAtomic {
-			return &usageError{" Setting Outstanding reads only available on READ verb"}
+			return getopt.Usagef(" Setting Outstanding reads only available on READ verb")
 		}
 		v, err = num(-1<<31, 1<<31-1, "Outstanding Reads")
 		p.outReads = int(v)
 	case 'r':
 		v, err = num(1, 16384, " Rx depth")
 		if err == nil && p.test.verb != verbSend && v > defRxRDMA {
-			return &usageError{" On RDMA verbs rx depth can be only 1"}
+			return getopt.Usagef(" On RDMA verbs rx depth can be only 1")
 		}
 		p.rxDepth = int(v)
 	case 'Q':
@@ -320,7 +311,7 @@ func (p *params) set(o getopt.Opt) error {
 		p.noPeak = true
 	case 'A':
 		if p.test.verb != verbAtomic {
-			return &usageError{" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests"}
+			return getopt.Usagef(" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests")
 		}
 		switch o.Arg {
 		case atomicNames[cmpAndSwap]:
@@ -328,7 +319,7 @@ func (p *params) set(o getopt.Opt) error {
 		case atomicNames[fetchAndAdd]:
 			p.atomic = fetchAndAdd
 		default:
-			return &usageError{" Invalid Atomic type! please choose from {CMP_AND_SWAP,FETCH_AND_ADD}"}
+			return getopt.Usagef(" Invalid Atomic type! please choose from {CMP_AND_SWAP,FETCH_AND_ADD}")
 		}
 	case 'D':
 		v, err = num(1, 1<<31-1, "Duration period")

@@ -82,9 +82,46 @@ type config struct {
 // parseArgs reads a command line: our own --mode and --socket, then the
 // chosen tool's options and its optional server name.
 func parseArgs(args []string) (*config, error) {
-	m := modes["rc"]
-	cfg := &config{mode: m, socket: verbs.SocketPath()}
-	// --mode decides which options exist; find it first.
+	cfg := &config{mode: modes["rc"], socket: verbs.SocketPath()}
+	rest, err := cfg.parseMode(args)
+	if err != nil {
+		return cfg, err
+	}
+	m := cfg.mode
+	cfg.port, cfg.ibPort, cfg.size, cfg.mtu, cfg.rxDepth, cfg.iters, cfg.gidx, cfg.numQP = oob.DefaultPort, 1, m.defSize, 1024, 500, 1000, -1, 16
+	if cfg.help {
+		return cfg, nil
+	}
+	parsed, operands, err := getopt.Parse(m.options(), rest)
+	if err != nil {
+		return cfg, getopt.Usagef("%v", err)
+	}
+	for _, o := range parsed {
+		if err := cfg.apply(o); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.servername, err = getopt.Server(operands); err != nil {
+		return cfg, err
+	}
+	if m.hasNQP {
+		if cfg.numQP > cfg.rxDepth {
+			return cfg, fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", cfg.rxDepth, cfg.numQP)
+		}
+		if cfg.numQP >= oob.SRQPingpongSlots {
+			return cfg, fmt.Errorf("num_qp %d must be less than %d", cfg.numQP, oob.SRQPingpongSlots-1)
+		}
+	} else {
+		cfg.numQP = 1
+	}
+	return cfg, nil
+}
+
+// parseMode finds --mode (which decides what options there are),
+// --socket and --help in args, before the mode's own options are parsed;
+// the rest of args is left for them.
+func (cfg *config) parseMode(args []string) ([]string, error) {
+	m := cfg.mode
 	var rest []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -93,7 +130,7 @@ func parseArgs(args []string) (*config, error) {
 		case "--mode", "--socket":
 			if !hasVal {
 				if i+1 >= len(args) {
-					return cfg, getopt.Usagef("option '%s' requires an argument", name)
+					return nil, getopt.Usagef("option '%s' requires an argument", name)
 				}
 				i++
 				val = args[i]
@@ -103,7 +140,7 @@ func parseArgs(args []string) (*config, error) {
 				continue
 			}
 			if m = modes[val]; m == nil {
-				return cfg, getopt.Usagef("--mode %q: want rc, uc, ud or srq", val)
+				return nil, getopt.Usagef("--mode %q: want rc, uc, ud or srq", val)
 			}
 			continue
 		case "--help", "-h":
@@ -117,82 +154,57 @@ func parseArgs(args []string) (*config, error) {
 		rest = append(rest, a)
 	}
 	cfg.mode = m
-	cfg.port, cfg.ibPort, cfg.size, cfg.mtu, cfg.rxDepth, cfg.iters, cfg.gidx, cfg.numQP = oob.DefaultPort, 1, m.defSize, 1024, 500, 1000, -1, 16
-	if cfg.help {
-		return cfg, nil
-	}
-	parsed, operands, err := getopt.Parse(m.options(), rest)
-	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
-	}
-	for _, o := range parsed {
-		num := func(lo, hi int64) (int, error) {
-			v, err := getopt.Int(o)
-			if err != nil {
-				return 0, &getopt.UsageError{Msg: err.Error()}
-			}
-			if v < lo || v > hi {
-				return 0, getopt.Usagef("%s %d: out of range %d…%d", o.Name(), v, lo, hi)
-			}
-			return int(v), nil
-		}
-		var err error
-		switch o.Option.Short {
-		case 'p':
-			cfg.port, err = num(0, 65535)
-		case 'd':
-			cfg.ibDev = o.Arg
-		case 'i':
-			cfg.ibPort, err = num(1, 1)
-		case 's':
-			cfg.size, err = num(1, 1<<31-1)
-		case 'm':
-			var v int
-			if v, err = num(0, 1<<31-1); err == nil {
-				if v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096 {
-					err = getopt.Usagef("-m %d: want 256, 512, 1024, 2048 or 4096", v)
-				}
-				cfg.mtu = v
-			}
-		case 'r':
-			cfg.rxDepth, err = num(1, 1<<20)
-		case 'n':
-			cfg.iters, err = num(0, 1<<31-1)
-		case 'l':
-			cfg.sl, err = num(0, 15) // accepted; RoCE has no SL on the wire
-		case 'e':
-			cfg.events = true
-		case 'g':
-			cfg.gidx, err = num(0, 1<<20)
-		case 'q':
-			cfg.numQP, err = num(1, 1<<20)
-		case 'c':
-			cfg.validate = true
-		default: // -o -O -P -t -j -N: ODP, timestamps, device memory, the new post API
-			err = fmt.Errorf("%s: not supported by vrnicd", o.Name())
-		}
+	return rest, nil
+}
+
+// apply is one of the mode's options.
+func (cfg *config) apply(o getopt.Opt) error {
+	num := func(lo, hi int64) (int, error) {
+		v, err := getopt.Int(o)
 		if err != nil {
-			return cfg, err
+			return 0, getopt.Usagef("%v", err)
 		}
-	}
-	switch len(operands) {
-	case 0:
-	case 1:
-		cfg.servername = operands[0]
-	default:
-		return cfg, getopt.Usagef("unexpected arguments %q", operands[1:])
-	}
-	if m.hasNQP {
-		if cfg.numQP > cfg.rxDepth {
-			return cfg, fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", cfg.rxDepth, cfg.numQP)
+		if v < lo || v > hi {
+			return 0, getopt.Usagef("%s %d: out of range %d…%d", o.Name(), v, lo, hi)
 		}
-		if cfg.numQP >= oob.SRQPingpongSlots {
-			return cfg, fmt.Errorf("num_qp %d must be less than %d", cfg.numQP, oob.SRQPingpongSlots-1)
-		}
-	} else {
-		cfg.numQP = 1
+		return int(v), nil
 	}
-	return cfg, nil
+	var err error
+	switch o.Option.Short {
+	case 'p':
+		cfg.port, err = num(0, 65535)
+	case 'd':
+		cfg.ibDev = o.Arg
+	case 'i':
+		cfg.ibPort, err = num(1, 1)
+	case 's':
+		cfg.size, err = num(1, 1<<31-1)
+	case 'm':
+		var v int
+		if v, err = num(0, 1<<31-1); err == nil {
+			if v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096 {
+				err = getopt.Usagef("-m %d: want 256, 512, 1024, 2048 or 4096", v)
+			}
+			cfg.mtu = v
+		}
+	case 'r':
+		cfg.rxDepth, err = num(1, 1<<20)
+	case 'n':
+		cfg.iters, err = num(0, 1<<31-1)
+	case 'l':
+		cfg.sl, err = num(0, 15) // accepted; RoCE has no SL on the wire
+	case 'e':
+		cfg.events = true
+	case 'g':
+		cfg.gidx, err = num(0, 1<<20)
+	case 'q':
+		cfg.numQP, err = num(1, 1<<20)
+	case 'c':
+		cfg.validate = true
+	default: // -o -O -P -t -j -N: ODP, timestamps, device memory, the new post API
+		err = fmt.Errorf("%s: not supported by vrnicd", o.Name())
+	}
+	return err
 }
 
 // usage prints the chosen tool's usage, rdma-core's text plus our options.

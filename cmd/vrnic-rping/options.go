@@ -43,12 +43,9 @@ var options = []getopt.Option{
 // parseArgs reads rping's options (getopt "a:Pp:C:S:scvVd") and --socket.
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: 7174, size: 64, socket: DefaultSocket}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	role := 0
 	for _, o := range opts {
@@ -60,11 +57,11 @@ func parseArgs(args []string) (*config, error) {
 		return cfg, nil
 	}
 	if role == 0 {
-		return cfg, &getopt.UsageError{Msg: "one of -s (server) and -c (client) is needed"}
+		return cfg, getopt.Usagef("one of -s (server) and -c (client) is needed")
 	}
 	cfg.server = role == 's'
 	if !cfg.server && !cfg.addr.IsValid() {
-		return cfg, &getopt.UsageError{Msg: "the client needs the server's address (-a)"}
+		return cfg, getopt.Usagef("the client needs the server's address (-a)")
 	}
 	return cfg, nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
@@ -16,41 +16,11 @@ import (
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
-type result struct {
-	stdout, stderr string
-	err            error
-}
+type result = tooltest.Result
 
-// runPair runs a server on daemon 1 and, once it listens, a client on
-// daemon 0 pointed at it.
-func runPair(t *testing.T, ds [2]servertest.Daemon, srvArgs, cliArgs []string) (srv, cli result) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	listening := make(chan struct{}, 1)
-	onListen = func() { listening <- struct{}{} }
-	defer func() { onListen = nil }()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var o, e bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[1].Socket, "-s"}, srvArgs...), &o, &e)
-		srv = result{o.String(), e.String(), err}
-		if err != nil {
-			cancel()
-		}
-	}()
-	select {
-	case <-listening:
-		var o, e bytes.Buffer
-		err := run(ctx, append([]string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String()}, cliArgs...), &o, &e)
-		cli = result{o.String(), e.String(), err}
-	case <-ctx.Done():
-	}
-	wg.Wait()
-	return srv, cli
-}
+// rping is vrnic-rping as a server (-s) on daemon 1 and a client (-c -a)
+// on daemon 0; its stderr stays apart from its stdout.
+var rping = tooltest.CMTool{Run: run, OnListen: &onListen, ServerFlags: []string{"-s"}, ClientFlags: []string{"-c", "-a"}}
 
 // want is rping's output for count pings of size bytes: the client's
 // "ping data: rdma-ping-N: " then size-1 bytes of the letters 'A'..'z'
@@ -77,10 +47,10 @@ func want(count, size int) []string {
 
 func checkPing(t *testing.T, r result, prefix string, count, size int) {
 	t.Helper()
-	got := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	got := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
 	w := want(count, size)
 	if len(got) != len(w) {
-		t.Fatalf("%d lines of output, want %d:\n%s", len(got), len(w), r.stdout)
+		t.Fatalf("%d lines of output, want %d:\n%s", len(got), len(w), r.Stdout)
 	}
 	for i := range w {
 		if got[i] != prefix+w[i] {
@@ -108,14 +78,14 @@ func TestRpingTwoDaemons(t *testing.T) {
 				ds[1].Host.Link.SetHook(dropFirst(mad.AttrConnectReply))
 			}
 			args := []string{"-C", fmt.Sprint(tc.count), "-S", fmt.Sprint(tc.size), "-v", "-V"}
-			srv, cli := runPair(t, ds, []string{"-v", "-S", fmt.Sprint(tc.size)}, args)
-			if cli.err != nil || srv.err != nil {
-				t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cli.err, cli.stdout, cli.stderr, srv.err, srv.stdout, srv.stderr)
+			srv, cli := rping.RunPair(t, ds, []string{"-v", "-S", fmt.Sprint(tc.size)}, args)
+			if cli.Err != nil || srv.Err != nil {
+				t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cli.Err, cli.Stdout, cli.Stderr, srv.Err, srv.Stdout, srv.Stderr)
 			}
 			checkPing(t, cli, "ping data: ", tc.count, tc.size)
 			checkPing(t, srv, "server ping data: ", tc.count, tc.size)
-			if !strings.Contains(srv.stderr, "server DISCONNECT EVENT...") {
-				t.Errorf("server stderr %q, want the DISCONNECT EVENT line", srv.stderr)
+			if !strings.Contains(srv.Stderr, "server DISCONNECT EVENT...") {
+				t.Errorf("server stderr %q, want the DISCONNECT EVENT line", srv.Stderr)
 			}
 		})
 	}
@@ -148,30 +118,21 @@ func dropFirst(attrs ...uint16) link.Hook {
 // with rping's "cma event RDMA_CM_EVENT_REJECTED, error 8".
 func TestRpingRejected(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
-	var o, e bytes.Buffer
-	err := run(context.Background(), []string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String(), "-p", "9999"}, &o, &e)
-	if err == nil || !strings.Contains(e.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8") {
-		t.Fatalf("err %v, stderr %q", err, e.String())
+	r := rping.RunClient(context.Background(), ds, "-p", "9999")
+	if r.Err == nil || !strings.Contains(r.Stderr, "cma event RDMA_CM_EVENT_REJECTED, error 8") {
+		t.Fatalf("err %v, stderr %q", r.Err, r.Stderr)
 	}
 }
 
 func TestRpingUsage(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"-c"}, "needs the server's address"},
-		{[]string{"-a", "192.0.2.1"}, "one of -s"},
-		{[]string{"-s", "-S", "10"}, "Invalid size 10 (valid range is 26 to 65536)"},
-		{[]string{"-s", "-S", "65536"}, "Invalid size 65536"},
-		{[]string{"-s", "-C", "-1"}, "Invalid count -1"},
-		{[]string{"-s", "-x"}, "invalid option -- 'x'"},
-	} {
-		var o, e bytes.Buffer
-		if err := run(context.Background(), tc.args, &o, &e); err == nil || !strings.Contains(e.String(), tc.msg) {
-			t.Errorf("%v: err %v, stderr %q, want %q", tc.args, err, e.String(), tc.msg)
-		}
-	}
+	tooltest.CheckUsage(t, run, "", []tooltest.UsageCase{
+		{Args: []string{"-c"}, Msg: "needs the server's address"},
+		{Args: []string{"-a", "192.0.2.1"}, Msg: "one of -s"},
+		{Args: []string{"-s", "-S", "10"}, Msg: "Invalid size 10 (valid range is 26 to 65536)"},
+		{Args: []string{"-s", "-S", "65536"}, Msg: "Invalid size 65536"},
+		{Args: []string{"-s", "-C", "-1"}, Msg: "Invalid count -1"},
+		{Args: []string{"-s", "-x"}, Msg: "invalid option -- 'x'"},
+	})
 }
 
 // TestRpingPersistent: a -P server takes one client after another and
@@ -180,42 +141,33 @@ func TestRpingPersistent(t *testing.T) {
 	ds := servertest.TwoDaemons(t, 1500)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	listening := make(chan struct{}, 1)
-	onListen = func() { listening <- struct{}{} }
-	defer func() { onListen = nil }()
-	var srvOut, srvErr bytes.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--socket", ds[1].Socket, "-s", "-P", "-v"}, &srvOut, &srvErr) }()
-	select {
-	case <-listening:
-	case err := <-done:
-		t.Fatalf("server ended: %v\n%s", err, srvErr.String())
-	}
+	srv := rping.Start(t, ctx, ds, "-P", "-v")
 	for i := range 3 {
-		var o, e bytes.Buffer
 		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
-		err := run(cctx, []string{"--socket", ds[0].Socket, "-c", "-a", ds[1].Host.Addr.String(), "-C", "2", "-v", "-V"}, &o, &e)
+		r := rping.RunClient(cctx, ds, "-C", "2", "-v", "-V")
 		ccancel()
-		if err != nil {
-			t.Fatalf("client %d: %v\n%s%s", i, err, o.String(), e.String())
+		if r.Err != nil {
+			t.Fatalf("client %d: %v\n%s%s", i, r.Err, r.Stdout, r.Stderr)
 		}
-		checkPing(t, result{stdout: o.String()}, "ping data: ", 2, 64)
+		checkPing(t, r, "ping data: ", 2, 64)
 	}
 	select {
-	case err := <-done:
-		t.Fatalf("persistent server ended after its clients: %v\n%s", err, srvErr.String())
+	case <-srv.Done():
+		r := srv.Wait()
+		t.Fatalf("persistent server ended after its clients: %v\n%s", r.Err, r.Stderr)
 	default:
 	}
 	cancel()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("persistent server stopped with %v", err)
-		}
+	case <-srv.Done():
 	case <-time.After(20 * time.Second):
 		t.Fatal("persistent server did not stop")
 	}
-	if n := strings.Count(srvOut.String(), "server ping data: rdma-ping-"); n != 6 {
-		t.Errorf("server printed %d pings, want 6:\n%s", n, srvOut.String())
+	r := srv.Wait()
+	if r.Err != nil {
+		t.Errorf("persistent server stopped with %v", r.Err)
+	}
+	if n := strings.Count(r.Stdout, "server ping data: rdma-ping-"); n != 6 {
+		t.Errorf("server printed %d pings, want 6:\n%s", n, r.Stdout)
 	}
 }

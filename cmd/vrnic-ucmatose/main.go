@@ -58,12 +58,9 @@ const (
 
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: cmtool.DefaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	for _, o := range opts {
 		if err := cfg.apply(o); err != nil {
@@ -74,7 +71,7 @@ func parseArgs(args []string) (*config, error) {
 		cfg.count = 0 // create_message: no messages without a size
 	}
 	if cfg.dst.IsValid() && cfg.src.IsValid() {
-		return cfg, &getopt.UsageError{Msg: "-b: the client's source is the device's address (vrnicd picks it)"}
+		return cfg, getopt.Usagef("-b: the client's source is the device's address (vrnicd picks it)")
 	}
 	return cfg, nil
 }
@@ -138,17 +135,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := &test{cfg: cfg, out: stdout}
-	var status int
+	side := t.runServer
 	if cfg.dst.IsValid() {
-		status = t.runClient(ctx)
-	} else {
-		status = t.runServer(ctx)
+		side = t.runClient
 	}
-	fmt.Fprintf(stdout, "test complete\n")
-	t.destroy()
-	fmt.Fprintf(stdout, "return status %d\n", status)
-	if status != 0 {
-		return fmt.Errorf("return status %d", status)
-	}
-	return nil
+	return cmtool.RunTest(ctx, stdout, side, t.destroy)
 }

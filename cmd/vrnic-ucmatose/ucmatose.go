@@ -115,25 +115,12 @@ func (t *test) connectFailed(err error) int {
 // eachConnected runs f on every connected node at once and gives the
 // first failure's status.
 func (t *test) eachConnected(f func(*node) int) int {
-	var wg sync.WaitGroup
-	status := make([]int, len(t.nodes))
-	for i, n := range t.nodes {
-		if n == nil || !n.connected {
-			continue
+	return cmtool.Concurrently(len(t.nodes), func(i int) int {
+		if n := t.nodes[i]; n != nil && n.connected {
+			return f(n)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = f(n)
-		}()
-	}
-	wg.Wait()
-	for _, s := range status {
-		if s != 0 {
-			return s
-		}
-	}
-	return 0
+		return 0
+	})
 }
 
 // pollCQs is poll_cqs: message_count completions on every connected
@@ -168,21 +155,13 @@ func (t *test) postAllSends() int {
 // runServer is run_server: take -c connect requests, send, receive,
 // disconnect every connection and wait for their DISCONNECTED.
 func (t *test) runServer(ctx context.Context) int {
-	t.printf("cmatose: starting server\n")
+	addr := netip.AddrPortFrom(t.cfg.src, t.cfg.port)
+	var l *verbs.Listener
 	var err error
-	if t.dev, err = verbs.Open(t.cfg.socket); err != nil {
-		t.printf("cmatose: listen request failed: %v\n", err)
-		return -1
-	}
-	l, err := t.dev.Listen(netip.AddrPortFrom(t.cfg.src, t.cfg.port))
-	if err != nil {
-		t.printf("cmatose: bind address failed: %v\n", err)
+	if t.dev, l, err = cmtool.ServerStart(t.printf, "cmatose", t.cfg.socket, (*verbs.Device).Listen, addr, onListen); err != nil {
 		return -1
 	}
 	defer l.Close()
-	if onListen != nil {
-		onListen()
-	}
 	if status := t.serverConnect(ctx, l); status != 0 {
 		return status
 	}
@@ -241,12 +220,7 @@ func (t *test) serverConnect(ctx context.Context, l *verbs.Listener) int {
 		}()
 	}
 	wg.Wait()
-	for _, s := range status {
-		if s != 0 {
-			return s
-		}
-	}
-	return 0
+	return cmtool.FirstFailure(status)
 }
 
 // accept is connect_handler and the ESTABLISHED that follows.
@@ -271,32 +245,15 @@ func (t *test) accept(ctx context.Context, n *node) int {
 // runClient is run_client: -c connections at once, receive, send the
 // replies, then wait for the server's disconnect of each.
 func (t *test) runClient(ctx context.Context) int {
-	t.printf("cmatose: starting client\n")
 	var err error
-	if t.dev, err = verbs.Open(t.cfg.socket); err != nil {
-		t.printf("cmatose: failure getting addr: %v\n", err)
+	if t.dev, err = cmtool.ClientStart(t.printf, "cmatose", t.cfg.socket); err != nil {
 		return -1
 	}
-	t.printf("cmatose: connecting\n")
 	t.nodes = make([]*node, t.cfg.conns)
-	status := make([]int, t.cfg.conns)
-	var wg sync.WaitGroup
-	for i := range t.nodes {
-		n := &node{id: i}
-		t.nodes[i] = n
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = t.connect(ctx, n)
-		}()
-	}
-	wg.Wait()
-	ret := 0
-	for _, s := range status {
-		if s != 0 && ret == 0 {
-			ret = s
-		}
-	}
+	ret := cmtool.Concurrently(len(t.nodes), func(i int) int {
+		t.nodes[i] = &node{id: i}
+		return t.connect(ctx, t.nodes[i])
+	})
 	if ret == 0 && t.cfg.count > 0 {
 		ret = t.clientData(ctx)
 	}

@@ -62,12 +62,9 @@ const maxConns = 1024
 
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{port: defaultPort, conns: 1, count: 10, size: 100, socket: verbs.SocketPath()}
-	opts, operands, err := getopt.Parse(options, args)
+	opts, err := getopt.Options(options, args)
 	if err != nil {
-		return cfg, &getopt.UsageError{Msg: err.Error()}
-	}
-	if len(operands) > 0 {
-		return cfg, getopt.Usagef("unexpected argument %q", operands[0])
+		return cfg, err
 	}
 	for _, o := range opts {
 		if err := cfg.apply(o); err != nil {
@@ -107,7 +104,7 @@ func (cfg *config) apply(o getopt.Opt) error {
 			return getopt.Usagef("-f %s: only ip and name addresses (no AF_IB)", o.Arg)
 		}
 	case 't':
-		return &getopt.UsageError{Msg: "-t is not supported by vrnicd's rdma_cm"}
+		return getopt.Usagef("-t is not supported by vrnicd's rdma_cm")
 	default:
 		if o.Option.Long == "port" {
 			cfg.port, err = cmtool.Port(o.Arg)
@@ -147,17 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := &test{cfg: cfg, out: stdout}
-	var status int
+	side := t.runServer
 	if cfg.dst.IsValid() {
-		status = t.runClient(ctx)
-	} else {
-		status = t.runServer(ctx)
+		side = t.runClient
 	}
-	fmt.Fprintf(stdout, "test complete\n")
-	t.destroy()
-	fmt.Fprintf(stdout, "return status %d\n", status)
-	if status != 0 {
-		return fmt.Errorf("return status %d", status)
-	}
-	return nil
+	return cmtool.RunTest(ctx, stdout, side, t.destroy)
 }

@@ -198,21 +198,13 @@ func (t *test) replyAH(n *node, wc *verbs.WC) error {
 // runServer is run_server: answer -c SIDR requests, receive every node's
 // messages, send as many back, wait for the sends.
 func (t *test) runServer(ctx context.Context) int {
-	t.printf("udaddy: starting server\n")
+	addr := netip.AddrPortFrom(t.cfg.src, t.cfg.port)
+	var l *verbs.Listener
 	var err error
-	if t.dev, err = verbs.Open(t.cfg.socket); err != nil {
-		t.printf("udaddy: listen request failed: %v\n", err)
-		return -1
-	}
-	l, err := t.dev.ListenUD(netip.AddrPortFrom(t.cfg.src, t.cfg.port))
-	if err != nil {
-		t.printf("udaddy: bind address failed: %v\n", err)
+	if t.dev, l, err = cmtool.ServerStart(t.printf, "udaddy", t.cfg.socket, (*verbs.Device).ListenUD, addr, onListen); err != nil {
 		return -1
 	}
 	defer l.Close()
-	if onListen != nil {
-		onListen()
-	}
 	if status := t.serverConnect(ctx, l); status != 0 {
 		return status
 	}
@@ -268,30 +260,16 @@ func (t *test) serverConnect(ctx context.Context, l *verbs.Listener) int {
 // runClient is run_client: resolve -c peers at once, send each
 // message_count messages, receive as many.
 func (t *test) runClient(ctx context.Context) int {
-	t.printf("udaddy: starting client\n")
 	var err error
-	if t.dev, err = verbs.Open(t.cfg.socket); err != nil {
-		t.printf("udaddy: failure getting addr: %v\n", err)
+	if t.dev, err = cmtool.ClientStart(t.printf, "udaddy", t.cfg.socket); err != nil {
 		return -1
 	}
-	t.printf("udaddy: connecting\n")
 	t.nodes = make([]*node, t.cfg.conns)
-	status := make([]int, t.cfg.conns)
-	var wg sync.WaitGroup
-	for i := range t.nodes {
-		n := &node{id: i}
-		t.nodes[i] = n
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			status[i] = t.resolve(ctx, n)
-		}()
-	}
-	wg.Wait()
-	for _, s := range status {
-		if s != 0 {
-			return s
-		}
+	if s := cmtool.Concurrently(len(t.nodes), func(i int) int {
+		t.nodes[i] = &node{id: i}
+		return t.resolve(ctx, t.nodes[i])
+	}); s != 0 {
+		return s
 	}
 	if t.cfg.count == 0 {
 		return 0

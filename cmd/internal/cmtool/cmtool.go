@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
@@ -202,4 +204,46 @@ func Port(s string) (uint16, error) {
 		return 0, fmt.Errorf("invalid port %q", s)
 	}
 	return uint16(v), nil
+}
+
+// Concurrently runs f(i) for each i from 0 to n-1 at once and gives the
+// first nonzero status in index order (0 if none): the examples' -c
+// connections come up, and fail, together, and report as the first.
+func Concurrently(n int, f func(i int) int) int {
+	status := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return FirstFailure(status)
+}
+
+// FirstFailure is the first nonzero of status (0 if none): the status of
+// a test of several connections, as the examples return it.
+func FirstFailure(status []int) int {
+	for _, s := range status {
+		if s != 0 {
+			return s
+		}
+	}
+	return 0
+}
+
+// RunTest is the end of cmatose's and udaddy's main: side's run (the
+// client's or the server's), "test complete", destroy, "return status N";
+// a nonzero N is also the error.
+func RunTest(ctx context.Context, out io.Writer, side func(context.Context) int, destroy func()) error {
+	status := side(ctx)
+	fmt.Fprintf(out, "test complete\n")
+	destroy()
+	fmt.Fprintf(out, "return status %d\n", status)
+	if status != 0 {
+		return fmt.Errorf("return status %d", status)
+	}
+	return nil
 }

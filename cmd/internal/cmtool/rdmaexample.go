@@ -26,10 +26,7 @@ var exampleOptions = []getopt.Option{{Short: 's', HasArg: true}, {Short: 'p', Ha
 // ExampleArgs parses rdma_server's and rdma_client's command line.
 func ExampleArgs(name, defAddr string, args []string, stdout, stderr io.Writer) (netip.AddrPort, string, error) {
 	addr, port, socket := defAddr, fmt.Sprint(DefaultPort), verbs.SocketPath()
-	opts, operands, err := getopt.Parse(exampleOptions, args)
-	if err == nil && len(operands) > 0 {
-		err = fmt.Errorf("unexpected argument %q", operands[0])
-	}
+	opts, err := getopt.Options(exampleOptions, args)
 	for _, o := range opts {
 		switch o.Option.Short {
 		case 's':

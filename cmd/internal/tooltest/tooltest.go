@@ -1,6 +1,7 @@
-// Package tooltest runs a tool of cmd/ (vrnic-pingpong, vrnic-perf) as a
-// server and a client in the test's own process, their TCP exchange over
-// 127.0.0.1.
+// Package tooltest runs a tool of cmd/ as a server and a client in the
+// test's own process: vrnic-pingpong and vrnic-perf with their TCP
+// exchange over 127.0.0.1 (Tool), the rdma_cm tools between two
+// servertest daemons (CMTool).
 package tooltest
 
 import (
@@ -9,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
+	"testing"
 	"time"
 )
 
@@ -19,10 +20,24 @@ type Result struct {
 	Err            error
 }
 
+// RunFunc is a tool's whole program, as its main calls it.
+type RunFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// capture runs run with args; combined sends stderr to Stdout too.
+func capture(ctx context.Context, run RunFunc, args []string, combined bool) Result {
+	var o, e bytes.Buffer
+	stderr := io.Writer(&e)
+	if combined {
+		stderr = &o
+	}
+	err := run(ctx, args, &o, stderr)
+	return Result{o.String(), e.String(), err}
+}
+
 // Tool is what RunPair runs.
 type Tool struct {
 	// Run is the tool's whole program, as main calls it.
-	Run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	Run RunFunc
 	// OnListen is the tool's hook that is told the server's address.
 	OnListen *func(net.Addr)
 	// StopOnClientError ends the server's run when the client's fails:
@@ -37,31 +52,106 @@ type Tool struct {
 func (tl Tool) RunPair(timeout time.Duration, srvArgs []string, cliArgs func(port string) []string) (srv, cli Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	listening := make(chan net.Addr, 1)
-	*tl.OnListen = func(a net.Addr) { listening <- a }
-	defer func() { *tl.OnListen = nil }()
-	var wg sync.WaitGroup
-	wg.Add(1)
+	hook := func(f func(net.Addr)) { *tl.OnListen = f }
+	s, a, ok := start(ctx, hook, func(ctx context.Context) Result { return capture(ctx, tl.Run, srvArgs, false) })
+	if ok {
+		port := fmt.Sprint(a.(*net.TCPAddr).Port)
+		cli = capture(s.ctx, tl.Run, append(cliArgs(port), "127.0.0.1"), false)
+		if cli.Err != nil && tl.StopOnClientError {
+			s.stop()
+		}
+	}
+	return s.Wait(), cli
+}
+
+// Server is a server run in the background, from when it listens.
+type Server struct {
+	ctx    context.Context // ends when the server fails or is stopped
+	stop   context.CancelFunc
+	done   chan struct{} // closed when the server's run ends, in res
+	res    Result
+	unhook func() // nil once called
+}
+
+// start runs serve in the background, with hook set to be told when it
+// listens, and waits for that (ok, with what hook was told) or for its
+// end. A failing server ends s.ctx, so the clients run with it end too.
+func start[A any](parent context.Context, hook func(func(A)), serve func(context.Context) Result) (s *Server, a A, ok bool) {
+	ctx, stop := context.WithCancel(parent)
+	listening := make(chan A, 1)
+	// Set here and unset in Wait, not in serve's goroutine: clients in
+	// the same process read the hook too.
+	hook(func(a A) { listening <- a })
+	s = &Server{ctx: ctx, stop: stop, done: make(chan struct{}), unhook: func() { hook(nil) }}
 	go func() {
-		defer wg.Done()
-		var o, e bytes.Buffer
-		err := tl.Run(ctx, srvArgs, &o, &e)
-		srv = Result{o.String(), e.String(), err}
-		if err != nil {
-			cancel()
+		defer close(s.done)
+		if s.res = serve(ctx); s.res.Err != nil {
+			stop()
 		}
 	}()
 	select {
-	case a := <-listening:
-		var o, e bytes.Buffer
-		port := fmt.Sprint(a.(*net.TCPAddr).Port)
-		err := tl.Run(ctx, append(cliArgs(port), "127.0.0.1"), &o, &e)
-		cli = Result{o.String(), e.String(), err}
-		if err != nil && tl.StopOnClientError {
-			cancel()
-		}
-	case <-ctx.Done():
+	case a = <-listening:
+		return s, a, true
+	case <-s.done:
+		return s, a, false
 	}
-	wg.Wait()
-	return srv, cli
+}
+
+// Start runs serve in the background and returns once serve calls
+// listening; a serve that ends before it fails the test.
+func Start(t testing.TB, ctx context.Context, serve func(ctx context.Context, listening func()) Result) *Server {
+	t.Helper()
+	var listening func()
+	s, _, ok := start(ctx, funcHook(&listening), func(ctx context.Context) Result { return serve(ctx, listening) })
+	return s.started(t, ok)
+}
+
+// started fails the test if the server ended before it listened, and
+// stops it when the test ends if the test has not; one that will not
+// stop is left behind rather than hang the test.
+func (s *Server) started(t testing.TB, ok bool) *Server {
+	t.Helper()
+	t.Cleanup(func() {
+		s.stop()
+		select {
+		case <-s.done:
+			s.Wait()
+		case <-time.After(20 * time.Second):
+		}
+	})
+	if !ok {
+		r := s.Wait()
+		t.Fatalf("server ended before listening: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
+	}
+	return s
+}
+
+// funcHook is start's hook for a hook of no argument.
+func funcHook(p *func()) func(func(struct{})) {
+	return func(f func(struct{})) {
+		*p = nil
+		if f != nil {
+			*p = func() { f(struct{}{}) }
+		}
+	}
+}
+
+// Done is closed when the server's run ends (then Wait does not wait).
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Wait waits for the server's end and gives its run.
+func (s *Server) Wait() Result {
+	<-s.done
+	s.stop()
+	if s.unhook != nil {
+		s.unhook()
+		s.unhook = nil
+	}
+	return s.res
+}
+
+// Stop ends the server's run (its context) and waits for it.
+func (s *Server) Stop() Result {
+	s.stop()
+	return s.Wait()
 }

@@ -1,6 +1,7 @@
 package getopt
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -75,5 +76,43 @@ func TestInt(t *testing.T) {
 		if _, err := Int(Opt{&opts[0], arg}); err == nil || !strings.Contains(err.Error(), "-p: ") {
 			t.Errorf("%q accepted (%v)", arg, err)
 		}
+	}
+}
+
+// TestOptions: operands and Parse's errors are UsageErrors.
+func TestOptions(t *testing.T) {
+	got, err := Options(opts, []string{"-e", "-p", "7"})
+	if err != nil || len(got) != 2 || got[1].Arg != "7" {
+		t.Fatalf("got %v %v", got, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-e", "x"}, `unexpected argument "x"`},
+		{[]string{"-z"}, "invalid option -- 'z'"},
+	} {
+		_, err := Options(opts, tc.args)
+		if u := (*UsageError)(nil); !errors.As(err, &u) || err.Error() != tc.msg {
+			t.Errorf("%v: got %v, want the UsageError %q", tc.args, err, tc.msg)
+		}
+	}
+}
+
+func TestServer(t *testing.T) {
+	for _, tc := range []struct {
+		operands []string
+		want     string
+		ok       bool
+	}{
+		{nil, "", true}, {[]string{"h"}, "h", true}, {[]string{"h", "x", "y"}, "", false},
+	} {
+		got, err := Server(tc.operands)
+		if u := (*UsageError)(nil); got != tc.want || (err == nil) != tc.ok || (err != nil && !errors.As(err, &u)) {
+			t.Errorf("%q: got %q, %v", tc.operands, got, err)
+		}
+	}
+	if _, err := Server([]string{"h", "x", "y"}); err == nil || err.Error() != `unexpected arguments ["x" "y"]` {
+		t.Errorf("got %v", err)
 	}
 }

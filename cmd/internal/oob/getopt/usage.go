@@ -13,9 +13,35 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return e.Msg }
 
-// Usagef is a UsageError with a formatted message.
+// Usagef is a UsageError with a formatted message: the one way the tools
+// make theirs.
 func Usagef(format string, a ...any) error {
 	return &UsageError{fmt.Sprintf(format, a...)}
+}
+
+// Options is Parse for a command that takes no operands, its errors
+// UsageErrors.
+func Options(opts []Option, args []string) ([]Opt, error) {
+	parsed, operands, err := Parse(opts, args)
+	if err != nil {
+		return nil, Usagef("%v", err)
+	}
+	if len(operands) > 0 {
+		return nil, Usagef("unexpected argument %q", operands[0])
+	}
+	return parsed, nil
+}
+
+// Server is the server operand of a perftest-style command line
+// ("[options] [server]"): none (a server) or one; more is a UsageError.
+func Server(operands []string) (string, error) {
+	switch len(operands) {
+	case 0:
+		return "", nil
+	case 1:
+		return operands[0], nil
+	}
+	return "", Usagef("unexpected arguments %q", operands[1:])
 }
 
 // Report is how a tool answers a command line it could not use: err on
