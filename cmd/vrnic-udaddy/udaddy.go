@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/vrnic/vrnicd/cmd/internal/cmtool"
@@ -313,16 +311,8 @@ func (t *test) resolve(ctx context.Context, n *node) int {
 // gives its status: UNREACHABLE with the SIDR status (1: nobody listens)
 // or -ETIMEDOUT, ADDR_ERROR for an address that does not resolve.
 func (t *test) resolveFailed(err error) int {
-	var se *verbs.SIDRError
-	typ, status := verbs.CMEventUnreachable, 0
-	switch {
-	case errors.As(err, &se):
-		status = se.Status
-	case errors.Is(err, syscall.EHOSTUNREACH):
-		typ, status = verbs.CMEventAddrError, -int(syscall.ETIMEDOUT)
-	case errors.Is(err, verbs.ErrUnreachable):
-		status = -int(syscall.ETIMEDOUT)
-	default:
+	typ, status, ok := cmtool.FailedEvent(err)
+	if !ok {
 		t.printf("udaddy: failure connecting: %v\n", err)
 		return -1
 	}

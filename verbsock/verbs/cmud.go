@@ -57,6 +57,11 @@ type SIDRError struct {
 	PrivateData []byte
 }
 
+// Event is librdmacm's report of it: UNREACHABLE, status the SIDR status.
+func (e *SIDRError) Event() CMEvent {
+	return CMEvent{Type: CMEventUnreachable, Status: e.Status, PrivateData: e.PrivateData}
+}
+
 func (e *SIDRError) Error() string {
 	switch e.Status {
 	case SIDRServiceNotFound:

@@ -169,15 +169,15 @@ func EventName(t verbs.CMEventType) string {
 }
 
 // FailedEvent is the rdma_cm event and status a failed Dial or Accept
-// stands for (rdma_cm's REJECTED with the REJ reason, UNREACHABLE and
-// ADDR_ERROR with -ETIMEDOUT, ...); ok is false for other errors.
+// stands for: the event of an error that has one (*verbs.RejectedError:
+// REJECTED with the REJ reason; *verbs.AddrError: ADDR_ERROR, -ETIMEDOUT),
+// UNREACHABLE with -ETIMEDOUT; ok is false for other errors.
 func FailedEvent(err error) (t verbs.CMEventType, status int, ok bool) {
-	var rej *verbs.RejectedError
+	var ev interface{ Event() verbs.CMEvent }
 	switch {
-	case errors.As(err, &rej):
-		return verbs.CMEventRejected, rej.Reason, true
-	case errors.Is(err, syscall.EHOSTUNREACH):
-		return verbs.CMEventAddrError, -int(syscall.ETIMEDOUT), true
+	case errors.As(err, &ev):
+		e := ev.Event()
+		return e.Type, e.Status, true
 	case errors.Is(err, verbs.ErrUnreachable):
 		return verbs.CMEventUnreachable, -int(syscall.ETIMEDOUT), true
 	}
