@@ -106,6 +106,8 @@ type params struct {
 	events     bool
 	noPeak     bool
 	gbits      bool
+	cmComm     bool // -z (use_rdma_cm): the exchange over rdma_cm
+	cmQPs      bool // -R (work_rdma_cm): the QPs connected by rdma_cm; implies cmComm
 	socket     string
 	quiet      bool // no progress lines on stderr
 	help       bool
@@ -145,10 +147,10 @@ var options = []getopt.Option{
 	{Long: "report_gbits"},
 	{Long: "socket", HasArg: true},
 	{Long: "quiet"},
-	// Refused with a reason: perftest features vrnicd's tools do not have.
-	{Short: 'b', Long: "bidirectional"},
 	{Short: 'z', Long: "comm_rdma_cm"},
 	{Short: 'R', Long: "rdma_cm"},
+	// Refused with a reason: perftest features vrnicd's tools do not have.
+	{Short: 'b', Long: "bidirectional"},
 	{Short: 'l', Long: "post_list", HasArg: true},
 	{Short: 'O', Long: "dualport"},
 	{Short: 'g', Long: "mcg"},
@@ -318,6 +320,10 @@ func (p *params) set(o getopt.Opt) error {
 		p.cqMod, p.reqCQMod = int(v), true
 	case 'N':
 		p.noPeak = true
+	case 'z':
+		p.cmComm = true
+	case 'R':
+		p.cmQPs, p.cmComm = true, true
 	case 'A':
 		if p.test.verb != verbAtomic {
 			return &usageError{" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests"}
@@ -455,7 +461,7 @@ Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat
 Options:
   --socket=<path>         vrnicd's socket (default $VRNICD_SOCKET, else %s)
   --quiet                 no progress lines on stderr
-  -p, --port=<port>       listen on/connect to port <port> (default 18515)
+  -p, --port=<port>       listen on/connect to port <port> (default 18515; rdma_cm's with -R, -z)
   -d, --ib-dev=<dev>      the device's name, checked against the daemon's
   -i, --ib-port=<port>    port of the device (1)
   -m, --mtu=<mtu>         MTU size: 256 - 4096 (default: the port's active MTU)
@@ -479,6 +485,8 @@ Options:
   -D, --duration=<sec>    run for this many seconds instead of -n iterations
   -f, --margin=<sec>      measure within these margins (default duration/4)
       --report_gbits      report in Gb/sec instead of MB/sec
+  -R, --rdma_cm           connect the QPs with rdma_cm on the port (and exchange as -z)
+  -z, --comm_rdma_cm      exchange perftest's messages over an rdma_cm connection, not TCP
   -h, --help              this text
   -V, --version           the perftest version spoken
 `, oob.PerftestVersion, DefaultSocket)
