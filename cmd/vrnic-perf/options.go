@@ -453,8 +453,8 @@ func usage(w io.Writer) {
 
 The vrnicd counterpart of perftest's ib_write_bw, ib_read_bw, ib_send_bw,
 ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat and ib_atomic_lat
-(perftest %s): the same options, TCP exchange and report, so either side
-can be the real tool.
+(perftest %s): the same options, TCP exchange (or with -R rdma_cm mode)
+and report, so either side can be the real tool.
 
 Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat
 
