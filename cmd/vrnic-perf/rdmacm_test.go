@@ -5,10 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // cmPort is the rdma_cm port of the tests' servers (each test has its
@@ -121,4 +124,72 @@ func qps(args string) int {
 		}
 	}
 	return 1
+}
+
+// perftest's server listens for the test's QPs only after the barrier, so
+// the client's first REQ may be rejected (REJ 8): dialQP tries again,
+// with the QP back in INIT, until the listener is there.
+func TestDialQPRetries(t *testing.T) {
+	ds := twoDaemons(t)
+	open := func(d daemon) (*session, *verbs.QP) {
+		p, err := parseArgs([]string{"write_bw", "-R", "--socket", d.Socket, "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := verbs.Open(d.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		pd, err := dev.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := dev.CreateCQ(4, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &session{p: p, dev: dev}
+		if err := s.qpInit(qp); err != nil {
+			t.Fatal(err)
+		}
+		return s, qp
+	}
+	srv, sqp := open(ds[0])
+	cli, cqp := open(ds[1])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const late = 350 * time.Millisecond
+	accepted := make(chan error, 1)
+	go func() {
+		time.Sleep(late)
+		l, err := srv.dev.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), cmPort))
+		if err == nil {
+			srv.listener = l
+			var c *verbs.Conn
+			if c, err = srv.acceptQP(ctx, sqp, srv.testConnParams()); err == nil {
+				defer c.Close()
+			}
+		}
+		accepted <- err
+	}()
+	start := time.Now()
+	c, err := cli.dialQP(ctx, netip.AddrPortFrom(ds[0].Host.Addr, cmPort), cqp, cli.testConnParams())
+	if err != nil {
+		t.Fatalf("dialQP: %v (after %v)", err, time.Since(start))
+	}
+	defer c.Close()
+	if took := time.Since(start); took < late {
+		t.Fatalf("connected after %v, before the server listened (%v)", took, late)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	if cqp.State() != verbs.QPStateRTS {
+		t.Fatalf("client QP in %v", cqp.State())
+	}
 }
