@@ -23,25 +23,37 @@ const perfCMIters = 1000
 // the run; each side's output must read as the kernel tool's in the same
 // role does, line for line but for the figures, addresses and names; the
 // daemon's CM must have carried a connection for the channel and one for
-// the QP, and be left with none.
+// the QP, and be left with none. And ib_write_bw -z, where rdma_cm carries
+// the exchange only.
 func TestInteropPerfRdmaCM(t *testing.T) {
 	n, vm, d := cmBed(t)
 	if vm.ActiveMTU != 1024 {
 		t.Fatalf("guest rxe0 active MTU %d, want 1024", vm.ActiveMTU)
 	}
 	guest, ours := vm.IP.Addr().String(), d.addr.String()
-	for _, tc := range []struct{ kernel, sub, args string }{
-		{"ib_send_bw", "send_bw", "-s 4096"},
-		{"ib_write_bw", "write_bw", "-s 4096"},
-		{"ib_read_bw", "read_bw", "-s 4096"},
-		{"ib_send_lat", "send_lat", "-s 64"},
-		{"ib_write_lat", "write_lat", "-s 64"},
+	for _, tc := range []struct{ kernel, sub, mode, args string }{
+		{"ib_send_bw", "send_bw", "-R", "-s 4096"},
+		{"ib_write_bw", "write_bw", "-R", "-s 4096"},
+		{"ib_read_bw", "read_bw", "-R", "-s 4096"},
+		{"ib_send_lat", "send_lat", "-R", "-s 64"},
+		{"ib_write_lat", "write_lat", "-R", "-s 64"},
+		{"ib_write_bw", "write_bw", "-R", "-q 2 -s 4096"},
+		// -z: only the exchange over rdma_cm, the QP connected from it.
+		{"ib_write_bw", "write_bw", "-z", "-s 4096"},
 	} {
-		args := fmt.Sprintf("-R %s -n %d", tc.args, perfCMIters)
+		args := fmt.Sprintf("%s %s -n %d", tc.mode, tc.args, perfCMIters)
+		name, ref := tc.kernel+tc.mode, tc.sub+"_"+tc.mode[1:] // ref: the testdata file's name
+		conns := uint64(1)                                     // the channel's; and with -R each QP's
+		if tc.mode == "-R" {
+			conns++
+			if strings.Contains(tc.args, "-q 2") {
+				conns, name, ref = 3, name+"-q2", ref+"_q2"
+			}
+		}
 		kcmd := fmt.Sprintf("%s -d rxe0 -x %d %s", tc.kernel, vm.GIDIndex(), args)
 		vargs := append([]string{d.tools.perf, tc.sub, "--socket", d.socket, "-x", strconv.Itoa(d.gidIPv4)}, strings.Fields(args)...)
 		var outs [2]map[string]string // by direction: the server's and client's stdout
-		t.Run(tc.kernel+"/kernel-server", func(t *testing.T) {
+		t.Run(name+"/kernel-server", func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			before := cmCount(t, d)
@@ -56,13 +68,13 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 			if err != nil || exit != 0 || kerr != nil || kexit != 0 {
 				t.Fatalf("vrnic-perf (client): exit %d %v\n%s%s\nkernel %s (server): exit %d %v\n%s%s", exit, err, so, se, kcmd, kexit, kerr, ko, ke)
 			}
-			checkPerfCM(t, tc.sub, "vrnic-perf (client)", so, true)
-			checkPerfCM(t, tc.sub, "kernel (server)", ko, false)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", "vrnic-perf (client)", so, true)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", "kernel (server)", ko, false)
 			checkCMDone(t, d)
-			cmCounted(t, d, before, 2, "cm_tx_req", "cm_rx_rep", "cm_tx_rtu")
+			cmCounted(t, d, before, conns, "cm_tx_req", "cm_rx_rep", "cm_tx_rtu")
 			outs[0] = map[string]string{"server": ko, "client": so}
 		})
-		t.Run(tc.kernel+"/kernel-client", func(t *testing.T) {
+		t.Run(name+"/kernel-client", func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			before := cmCount(t, d)
@@ -77,10 +89,10 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 			if kerr != nil || kexit != 0 || err != nil || exit != 0 {
 				t.Fatalf("kernel %s (client): exit %d %v\n%s%s\nvrnic-perf (server): exit %d %v\n%s%s", kcmd, kexit, kerr, ko, ke, exit, err, so, se)
 			}
-			checkPerfCM(t, tc.sub, "kernel (client)", ko, true)
-			checkPerfCM(t, tc.sub, "vrnic-perf (server)", so, false)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", "kernel (client)", ko, true)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", "vrnic-perf (server)", so, false)
 			checkCMDone(t, d)
-			cmCounted(t, d, before, 2, "cm_rx_req", "cm_tx_rep", "cm_rx_rtu")
+			cmCounted(t, d, before, conns, "cm_rx_req", "cm_tx_rep", "cm_rx_rtu")
 			outs[1] = map[string]string{"server": so, "client": ko}
 		})
 		if outs[0] == nil || outs[1] == nil {
@@ -88,14 +100,14 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 		}
 		// The kernel's server (first direction) against ours (second), and
 		// the clients the other way round.
-		t.Run(tc.kernel+"/output", func(t *testing.T) {
+		t.Run(name+"/output", func(t *testing.T) {
 			for _, role := range []string{"server", "client"} {
 				kern, vr := outs[0][role], outs[1][role]
 				if role == "client" {
 					kern, vr = outs[1][role], outs[0][role]
 				}
 				k, v := perfSkeleton(kern), perfSkeleton(vr)
-				if !strings.Contains(k, " rdma_cm QPs\t : ON\n") || !strings.Contains(k, " remote address: #\n") {
+				if !strings.Contains(k, " Data ex. method : rdma_cm\n") || !strings.Contains(k, " remote address: #\n") {
 					t.Fatalf("%s: the kernel's output is not an rdma_cm run's:\n%s", role, kern)
 				}
 				if k != v {
@@ -103,8 +115,8 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 				}
 				if dir := os.Getenv("VRNICD_PERFCM_OUT"); dir != "" {
 					// The kernel's outputs, for cmd/vrnic-perf/testdata.
-					name := fmt.Sprintf("%s_R.%s.out", tc.sub, role[:3])
-					if err := os.WriteFile(filepath.Join(dir, name), []byte(kern), 0o644); err != nil {
+					f := ref + "." + role[:3] + ".out"
+					if err := os.WriteFile(filepath.Join(dir, f), []byte(kern), 0o644); err != nil {
 						t.Error(err)
 					}
 				}
@@ -113,16 +125,17 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 	}
 }
 
-// checkPerfCM: out is perftest's report of an rdma_cm run: the mode's
-// lines, and from the client (and a bandwidth test's server, which prints
+// checkPerfCM: out is perftest's report of an rdma_cm run (-R, or -z
+// without cmQPs): the mode's lines, and from the client (and a bandwidth test's server, which prints
 // the client's) a result row of perfCMIters iterations.
-func checkPerfCM(t *testing.T, sub, who, out string, client bool) {
+func checkPerfCM(t *testing.T, sub string, cmQPs bool, who, out string, client bool) {
 	t.Helper()
-	if want := " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n"; !strings.Contains(out, want) {
+	qps := map[bool]string{false: "OFF", true: "ON"}[cmQPs]
+	if want := " rdma_cm QPs\t : " + qps + "\n Data ex. method : rdma_cm\n"; !strings.Contains(out, want) {
 		t.Errorf("%s: no %q:\n%s", who, want, out)
 	}
-	if !client && !strings.Contains(out, " Waiting for client rdma_cm QP to connect\n") {
-		t.Errorf("%s: no rdma_cm server's lines:\n%s", who, out)
+	if waiting := strings.Contains(out, " Waiting for client rdma_cm QP to connect\n"); waiting != (cmQPs && !client) {
+		t.Errorf("%s: the rdma_cm server's lines %v, want %v:\n%s", who, waiting, cmQPs && !client, out)
 	}
 	if !client && strings.HasSuffix(sub, "_lat") && sub != "send_lat" && sub != "write_lat" {
 		return
