@@ -42,12 +42,15 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 		{"ib_write_bw", "write_bw", "-z", "-s 4096"},
 	} {
 		args := fmt.Sprintf("%s %s -n %d", tc.mode, tc.args, perfCMIters)
-		name, ref := tc.kernel+tc.mode, tc.sub+"_"+tc.mode[1:] // ref: the testdata file's name
-		conns := uint64(1)                                     // the channel's; and with -R each QP's
+		// ref names the kernel's outputs in cmd/vrnic-perf/testdata; conns
+		// are the channel's and with -R each QP's; perftest's row counts
+		// every QP's iterations.
+		name, ref := tc.kernel+tc.mode, tc.sub+"_"+tc.mode[1:]
+		conns, iters := uint64(1), perfCMIters
 		if tc.mode == "-R" {
 			conns++
 			if strings.Contains(tc.args, "-q 2") {
-				conns, name, ref = 3, name+"-q2", ref+"_q2"
+				conns, iters, name, ref = 3, 2*perfCMIters, name+"-q2", ref+"_q2"
 			}
 		}
 		kcmd := fmt.Sprintf("%s -d rxe0 -x %d %s", tc.kernel, vm.GIDIndex(), args)
@@ -68,8 +71,8 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 			if err != nil || exit != 0 || kerr != nil || kexit != 0 {
 				t.Fatalf("vrnic-perf (client): exit %d %v\n%s%s\nkernel %s (server): exit %d %v\n%s%s", exit, err, so, se, kcmd, kexit, kerr, ko, ke)
 			}
-			checkPerfCM(t, tc.sub, tc.mode == "-R", "vrnic-perf (client)", so, true)
-			checkPerfCM(t, tc.sub, tc.mode == "-R", "kernel (server)", ko, false)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", iters, "vrnic-perf (client)", so, true)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", iters, "kernel (server)", ko, false)
 			checkCMDone(t, d)
 			cmCounted(t, d, before, conns, "cm_tx_req", "cm_rx_rep", "cm_tx_rtu")
 			outs[0] = map[string]string{"server": ko, "client": so}
@@ -89,8 +92,8 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 			if kerr != nil || kexit != 0 || err != nil || exit != 0 {
 				t.Fatalf("kernel %s (client): exit %d %v\n%s%s\nvrnic-perf (server): exit %d %v\n%s%s", kcmd, kexit, kerr, ko, ke, exit, err, so, se)
 			}
-			checkPerfCM(t, tc.sub, tc.mode == "-R", "kernel (client)", ko, true)
-			checkPerfCM(t, tc.sub, tc.mode == "-R", "vrnic-perf (server)", so, false)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", iters, "kernel (client)", ko, true)
+			checkPerfCM(t, tc.sub, tc.mode == "-R", iters, "vrnic-perf (server)", so, false)
 			checkCMDone(t, d)
 			cmCounted(t, d, before, conns, "cm_rx_req", "cm_tx_rep", "cm_rx_rtu")
 			outs[1] = map[string]string{"server": so, "client": ko}
@@ -115,7 +118,7 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 				}
 				if dir := os.Getenv("VRNICD_PERFCM_OUT"); dir != "" {
 					// The kernel's outputs, for cmd/vrnic-perf/testdata.
-					f := ref + "." + role[:3] + ".out"
+					f := ref + map[string]string{"server": ".srv.out", "client": ".cli.out"}[role]
 					if err := os.WriteFile(filepath.Join(dir, f), []byte(kern), 0o644); err != nil {
 						t.Error(err)
 					}
@@ -126,9 +129,10 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 }
 
 // checkPerfCM: out is perftest's report of an rdma_cm run (-R, or -z
-// without cmQPs): the mode's lines, and from the client (and a bandwidth test's server, which prints
-// the client's) a result row of perfCMIters iterations.
-func checkPerfCM(t *testing.T, sub string, cmQPs bool, who, out string, client bool) {
+// without cmQPs): the mode's lines, and from the client (and a bandwidth
+// test's server, which prints the client's) a result row of iters
+// iterations.
+func checkPerfCM(t *testing.T, sub string, cmQPs bool, iters int, who, out string, client bool) {
 	t.Helper()
 	qps := map[bool]string{false: "OFF", true: "ON"}[cmQPs]
 	if want := " rdma_cm QPs\t : " + qps + "\n Data ex. method : rdma_cm\n"; !strings.Contains(out, want) {
@@ -141,8 +145,8 @@ func checkPerfCM(t *testing.T, sub string, cmQPs bool, who, out string, client b
 		return
 	}
 	f, ok := parsePerftest(out)
-	if !ok || f.iters != perfCMIters {
-		t.Errorf("%s: no report of %d iterations (%+v):\n%s", who, perfCMIters, f, out)
+	if !ok || f.iters != iters {
+		t.Errorf("%s: no report of %d iterations (%+v):\n%s", who, iters, f, out)
 		return
 	}
 	t.Logf("%s: %s", who, f)

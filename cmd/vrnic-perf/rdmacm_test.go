@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -191,5 +194,49 @@ func TestDialQPRetries(t *testing.T) {
 	}
 	if cqp.State() != verbs.QPStateRTS {
 		t.Fatalf("client QP in %v", cqp.State())
+	}
+}
+
+// iterRE is skeleton's iteration count of a result row.
+var iterRE = regexp.MustCompile(`, \d+ iterations>$`)
+
+// The kernel's outputs of rdma_cm runs (testdata/README.md): vrnic-perf's
+// read the same, line for line, but for what differs from run to run and
+// the iteration count (these runs are shorter where that changes nothing
+// printed: perftest caps the queue depths at the iterations).
+func TestOutputMatchesPerftestRdmaCM(t *testing.T) {
+	ds := twoDaemons(t)
+	for _, tc := range []struct{ ref, test, args string }{
+		{"send_bw_R", "send_bw", "-R -s 4096 -n 1000"},
+		{"write_bw_R", "write_bw", "-R -s 4096 -n 1000"},
+		{"read_bw_R", "read_bw", "-R -s 4096 -n 1000"},
+		{"write_lat_R", "write_lat", "-R -s 64 -n 20"},
+		{"write_bw_R_q2", "write_bw", "-R -q 2 -s 4096 -n 1000"},
+		{"write_bw_z", "write_bw", "-z -s 4096 -n 1000"},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			srv, cli := runPairCM(t, ds, tc.test, append([]string{"--quiet", "-x", fmt.Sprint(ds[0].Host.GIDIndex())}, strings.Fields(tc.args)...)...)
+			for _, side := range []struct {
+				who string
+				r   result
+			}{{"srv", srv}, {"cli", cli}} {
+				if side.r.Err != nil {
+					t.Fatalf("%s: %v\n%s%s", side.who, side.r.Err, side.r.Stdout, side.r.Stderr)
+				}
+				want, err := os.ReadFile(filepath.Join("testdata", tc.ref+"."+side.who+".out"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, exp := skeleton(side.r.Stdout, true), skeleton(string(want), true)
+				for _, l := range [][]string{got, exp} {
+					for i := range l {
+						l[i] = iterRE.ReplaceAllString(l[i], ", # iterations>")
+					}
+				}
+				if strings.Join(got, "\n") != strings.Join(exp, "\n") {
+					t.Errorf("%s: output differs from perftest's:\n%s", side.who, diff(exp, got))
+				}
+			}
+		})
 	}
 }
