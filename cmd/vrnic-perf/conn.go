@@ -12,16 +12,22 @@ import (
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
-// establish opens the TCP connection and makes perftest's first
-// exchanges: versions, page and cache line sizes (the larger of each is
-// used), the MTU (the smaller).
+// establish opens the TCP connection (the rdma_cm channel with -z or
+// -R) and makes perftest's first exchanges: versions, page and cache line
+// sizes (the larger of each is used), the MTU (the smaller).
 func (s *session) establish(ctx context.Context) error {
 	p := s.p
 	var err error
-	if s.conn, err = oob.Connect(ctx, "tcp4", p.servername, p.port, onListen); err != nil {
-		return err
+	if p.cmComm {
+		if err := s.connectChannel(ctx); err != nil {
+			return err
+		}
+	} else {
+		if s.conn, err = oob.Connect(ctx, "tcp4", p.servername, p.port, onListen); err != nil {
+			return err
+		}
+		s.comm = s.conn.Perftest(p.client())
 	}
-	s.comm = s.conn.Perftest(p.client())
 	if _, err := s.comm.ExchangeVersions(ctx, oob.PerftestVersion); err != nil {
 		return err
 	}
@@ -162,10 +168,14 @@ func (s *session) printLocal() {
 }
 
 // exchangeAndConnect swaps every QP's address with the peer, checks the
-// GID types agree and connects the QPs, as each test's main() does.
+// GID types agree and connects the QPs, as each test's main() does (with
+// -R only the swap).
 func (s *session) exchangeAndConnect(ctx context.Context) error {
 	if err := s.handshakeAll(ctx, false); err != nil {
 		return err
+	}
+	if s.p.cmQPs {
+		return nil // rdma_cm connected them
 	}
 	if err := s.checkGIDs(); err != nil {
 		return err

@@ -32,6 +32,7 @@ func docPage() *docgen.Page {
 		Synopsis: []string{"TEST [options]", "TEST [options] HOST"},
 		Description: []string{
 			"vrnic-perf is the vrnicd counterpart of perftest's ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat and ib_atomic_lat (perftest " + oob.PerftestVersion + "): the same options, TCP exchange and report, so either side can be the real tool. Without HOST it is the server and waits for a client; with HOST it connects to the server there.",
+			"With -R (perftest's rdma_cm mode) there is no TCP: the exchange goes as SENDs over an rdma_cm connection of its own on the port, and each of the test's QPs is connected by rdma_cm on the same port; HOST is then the server's RoCE address. -z alone moves only the exchange.",
 			"TEST is one of write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat.",
 		},
 		Flags:   flags,

@@ -4,9 +4,9 @@
 //	vrnic-perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat|atomic_lat [options] [server]
 //
 // with perftest's options (-s, -n, -D, -a, -x, -m, -q, -t, -A, --report_gbits,
-// ...), its TCP exchange (so either side can be the real ib_write_bw and
-// friends, perftest 4.5 / protocol 6.06) and its report, character for
-// character. It reaches the RDMA device through vrnicd's socket
+// ...), its TCP exchange or, with -R, its rdma_cm mode (so either side can
+// be the real ib_write_bw and friends, perftest 4.5 / protocol 6.06) and
+// its report, character for character. It reaches the RDMA device through vrnicd's socket
 // (--socket). Long runs print a progress line on stderr every 2 seconds.
 package main
 

@@ -106,6 +106,8 @@ type params struct {
 	events     bool
 	noPeak     bool
 	gbits      bool
+	cmComm     bool // -z (use_rdma_cm): the exchange over rdma_cm
+	cmQPs      bool // -R (work_rdma_cm): the QPs connected by rdma_cm; implies cmComm
 	socket     string
 	quiet      bool // no progress lines on stderr
 	help       bool
@@ -145,10 +147,10 @@ var options = []getopt.Option{
 	{Long: "report_gbits"},
 	{Long: "socket", HasArg: true},
 	{Long: "quiet"},
-	// Refused with a reason: perftest features vrnicd's tools do not have.
-	{Short: 'b', Long: "bidirectional"},
 	{Short: 'z', Long: "comm_rdma_cm"},
 	{Short: 'R', Long: "rdma_cm"},
+	// Refused with a reason: perftest features vrnicd's tools do not have.
+	{Short: 'b', Long: "bidirectional"},
 	{Short: 'l', Long: "post_list", HasArg: true},
 	{Short: 'O', Long: "dualport"},
 	{Short: 'g', Long: "mcg"},
@@ -214,20 +216,24 @@ func parseArgs(args []string) (*params, error) {
 	return p, p.force()
 }
 
-func (p *params) set(o getopt.Opt) error {
-	num := func(lo, hi int64, name string) (int64, error) {
-		v, err := getopt.Int(o)
-		if err != nil {
-			return 0, getopt.Usagef(" %s argument %s should be int", name, o.Arg)
-		}
-		if v < lo || v > hi {
-			return 0, getopt.Usagef(" %s should be between %d and %d", name, lo, hi)
-		}
-		return v, nil
+// optInt is o's integer argument, checked against lo … hi with perftest's
+// messages.
+func optInt(o getopt.Opt, lo, hi int64, name string) (int64, error) {
+	v, err := getopt.Int(o)
+	if err != nil {
+		return 0, getopt.Usagef(" %s argument %s should be int", name, o.Arg)
 	}
+	if v < lo || v > hi {
+		return 0, getopt.Usagef(" %s should be between %d and %d", name, lo, hi)
+	}
+	return v, nil
+}
+
+func (p *params) set(o getopt.Opt) error {
+	num := func(lo, hi int64, name string) (int64, error) { return optInt(o, lo, hi, name) }
 	var v int64
 	var err error
-	switch name := o.Option.Long; o.Option.Short {
+	switch o.Option.Short {
 	case 'p':
 		v, err = num(0, 65535, "Port")
 		p.port = int(v)
@@ -240,19 +246,7 @@ func (p *params) set(o getopt.Opt) error {
 		v, err = num(0, 1<<31-1, "MTU")
 		p.userMTU = int(v)
 	case 's':
-		factor := uint64(1)
-		arg := o.Arg
-		switch {
-		case strings.HasSuffix(arg, "K"):
-			factor, arg = 1024, strings.TrimSuffix(arg, "K")
-		case strings.HasSuffix(arg, "M"):
-			factor, arg = 1024*1024, strings.TrimSuffix(arg, "M")
-		}
-		n, perr := strconv.ParseUint(arg, 0, 64)
-		if perr != nil || n*factor < 1 || n*factor > (1<<32-1)/2 {
-			return getopt.Usagef(" Message Size should be between %d and %d", 1, (1<<32-1)/2)
-		}
-		p.size, p.reqSize = n*factor, true
+		err = p.setSize(o.Arg)
 	case 'n':
 		v, err = num(minIters, maxIters, "Iteration num")
 		p.iters = uint64(v)
@@ -268,82 +262,137 @@ func (p *params) set(o getopt.Opt) error {
 	case 'x':
 		v, err = num(0, 64, "Gid index")
 		p.gidIndex, p.useGIDUser = int(v), true
-	case 'a':
-		p.runAll = true
-	case 'F': // no CPU frequency to check: vrnic-perf times with the monotonic clock
 	case 'c':
 		if o.Arg != "RC" {
 			return fmt.Errorf(" connection type %s: vrnic-perf runs RC", o.Arg)
 		}
-	case 'q':
-		if p.test.lat {
-			return getopt.Usagef(" Multiple QPs only available on bw tests")
-		}
-		v, err = num(1, 16384, "num of Qps")
-		p.numQPs = int(v)
-	case 'e':
-		if p.test.verb == verbWrite {
-			return getopt.Usagef(" Events feature not available on WRITE verb")
-		}
-		p.events = true
-	case 'I':
-		if p.test.verb == verbRead || p.test.verb == verbAtomic {
-			return getopt.Usagef(" Inline feature not available on READ/Atomic verbs")
-		}
-		v, err = num(0, 912, "Max inline")
-		p.inlineSize, p.userInline = int(v), true
-	case 'o':
-		if p.test.verb != verbRead && p.test.verb != verbAtomic {
-			return getopt.Usagef(" Setting Outstanding reads only available on READ verb")
-		}
-		v, err = num(-1<<31, 1<<31-1, "Outstanding Reads")
-		p.outReads = int(v)
-	case 'r':
-		v, err = num(1, 16384, " Rx depth")
-		if err == nil && p.test.verb != verbSend && v > defRxRDMA {
-			return getopt.Usagef(" On RDMA verbs rx depth can be only 1")
-		}
-		p.rxDepth = int(v)
+	case 'q', 'I', 'o', 'r':
+		err = p.setForTest(o)
 	case 'Q':
 		v, err = num(1, 1024, "CQ moderation")
 		p.cqMod, p.reqCQMod = int(v), true
-	case 'N':
-		p.noPeak = true
 	case 'A':
-		if p.test.verb != verbAtomic {
-			return getopt.Usagef(" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests")
-		}
-		switch o.Arg {
-		case atomicNames[cmpAndSwap]:
-			p.atomic = cmpAndSwap
-		case atomicNames[fetchAndAdd]:
-			p.atomic = fetchAndAdd
-		default:
-			return getopt.Usagef(" Invalid Atomic type! please choose from {CMP_AND_SWAP,FETCH_AND_ADD}")
-		}
+		err = p.setAtomic(o.Arg)
 	case 'D':
 		v, err = num(1, 1<<31-1, "Duration period")
 		p.duration, p.isDuration = int(v), true
 	case 'f':
 		v, err = num(0, 1<<31-1, "Margin")
 		p.margin = int(v)
+	default:
+		if o.Option.Long == "socket" {
+			p.socket = o.Arg
+			break
+		}
+		if ok, ferr := p.setFlag(o); !ok {
+			return fmt.Errorf(" %s: not supported by vrnic-perf", o.Name())
+		} else if ferr != nil {
+			return ferr
+		}
+	}
+	return err
+}
+
+// setForTest sets the options that only some tests take.
+func (p *params) setForTest(o getopt.Opt) error {
+	oneSided := p.test.verb == verbRead || p.test.verb == verbAtomic
+	var v int64
+	var err error
+	switch o.Option.Short {
+	case 'q':
+		if p.test.lat {
+			return getopt.Usagef(" Multiple QPs only available on bw tests")
+		}
+		v, err = optInt(o, 1, 16384, "num of Qps")
+		p.numQPs = int(v)
+	case 'I':
+		if oneSided {
+			return getopt.Usagef(" Inline feature not available on READ/Atomic verbs")
+		}
+		v, err = optInt(o, 0, 912, "Max inline")
+		p.inlineSize, p.userInline = int(v), true
+	case 'o':
+		if !oneSided {
+			return getopt.Usagef(" Setting Outstanding reads only available on READ verb")
+		}
+		v, err = optInt(o, -1<<31, 1<<31-1, "Outstanding Reads")
+		p.outReads = int(v)
+	case 'r':
+		v, err = optInt(o, 1, 16384, " Rx depth")
+		if err == nil && p.test.verb != verbSend && v > defRxRDMA {
+			return getopt.Usagef(" On RDMA verbs rx depth can be only 1")
+		}
+		p.rxDepth = int(v)
+	}
+	return err
+}
+
+// setFlag sets an option without an argument; ok is false for one
+// vrnic-perf does not take.
+func (p *params) setFlag(o getopt.Opt) (ok bool, err error) {
+	switch o.Option.Short {
+	case 'a':
+		p.runAll = true
+	case 'F': // no CPU frequency to check: vrnic-perf times with the monotonic clock
+	case 'e':
+		if p.test.verb == verbWrite {
+			return true, getopt.Usagef(" Events feature not available on WRITE verb")
+		}
+		p.events = true
+	case 'N':
+		p.noPeak = true
+	case 'z':
+		p.cmComm = true
+	case 'R':
+		p.cmQPs, p.cmComm = true, true
 	case 'h':
 		p.help = true
 	case 'V':
 		p.version = true
 	default:
-		switch name {
+		switch o.Option.Long {
 		case "report_gbits":
 			p.gbits = true
-		case "socket":
-			p.socket = o.Arg
 		case "quiet":
 			p.quiet = true
 		default:
-			return fmt.Errorf(" %s: not supported by vrnic-perf", o.Name())
+			return false, nil
 		}
 	}
-	return err
+	return true, nil
+}
+
+// setSize is -s: bytes, or with a K or M suffix.
+func (p *params) setSize(arg string) error {
+	factor := uint64(1)
+	switch {
+	case strings.HasSuffix(arg, "K"):
+		factor, arg = 1024, strings.TrimSuffix(arg, "K")
+	case strings.HasSuffix(arg, "M"):
+		factor, arg = 1024*1024, strings.TrimSuffix(arg, "M")
+	}
+	n, err := strconv.ParseUint(arg, 0, 64)
+	if err != nil || n*factor < 1 || n*factor > (1<<32-1)/2 {
+		return getopt.Usagef(" Message Size should be between %d and %d", 1, (1<<32-1)/2)
+	}
+	p.size, p.reqSize = n*factor, true
+	return nil
+}
+
+// setAtomic is -A, for the atomic tests only.
+func (p *params) setAtomic(arg string) error {
+	if p.test.verb != verbAtomic {
+		return getopt.Usagef(" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests")
+	}
+	switch arg {
+	case atomicNames[cmpAndSwap]:
+		p.atomic = cmpAndSwap
+	case atomicNames[fetchAndAdd]:
+		p.atomic = fetchAndAdd
+	default:
+		return getopt.Usagef(" Invalid Atomic type! please choose from {CMP_AND_SWAP,FETCH_AND_ADD}")
+	}
+	return nil
 }
 
 // force applies force_dependecies and the parser's checks after it, in
@@ -438,15 +487,15 @@ func usage(w io.Writer) {
 
 The vrnicd counterpart of perftest's ib_write_bw, ib_read_bw, ib_send_bw,
 ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat and ib_atomic_lat
-(perftest %s): the same options, TCP exchange and report, so either side
-can be the real tool.
+(perftest %s): the same options, TCP exchange (or with -R rdma_cm mode)
+and report, so either side can be the real tool.
 
 Tests: write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat
 
 Options:
   --socket=<path>         vrnicd's socket (default $VRNICD_SOCKET, else %s)
   --quiet                 no progress lines on stderr
-  -p, --port=<port>       listen on/connect to port <port> (default 18515)
+  -p, --port=<port>       listen on/connect to port <port> (default 18515; rdma_cm's with -R, -z)
   -d, --ib-dev=<dev>      the device's name, checked against the daemon's
   -i, --ib-port=<port>    port of the device (1)
   -m, --mtu=<mtu>         MTU size: 256 - 4096 (default: the port's active MTU)
@@ -470,6 +519,8 @@ Options:
   -D, --duration=<sec>    run for this many seconds instead of -n iterations
   -f, --margin=<sec>      measure within these margins (default duration/4)
       --report_gbits      report in Gb/sec instead of MB/sec
+  -R, --rdma_cm           connect the QPs with rdma_cm on the port (and exchange as -z)
+  -z, --comm_rdma_cm      exchange perftest's messages over an rdma_cm connection, not TCP
   -h, --help              this text
   -V, --version           the perftest version spoken
 `, oob.PerftestVersion, DefaultSocket)

@@ -93,11 +93,22 @@ func printTestInfo(w io.Writer, p *params, devName string, mtuBytes int) {
 	} else {
 		fmt.Fprintf(b, " Outstand reads  : %d\n", p.outReads)
 	}
-	fmt.Fprintf(b, " rdma_cm QPs\t : %s\n", "OFF")
-	fmt.Fprintf(b, " Data ex. method : %s", "Ethernet")
+	fmt.Fprintf(b, " rdma_cm QPs\t : %s\n", onOff(p.cmQPs))
+	fmt.Fprintf(b, " Data ex. method : %s", map[bool]string{false: "Ethernet", true: "rdma_cm"}[p.cmComm])
+	if p.cmQPs && !p.client() {
+		// perftest prints it once the QPs are connected all the same.
+		b.WriteString("\n" + resultLine + " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP")
+	}
 	b.WriteString("\n")
 	b.WriteString(resultLine)
 	io.WriteString(w, b.String())
+}
+
+func onOff(on bool) string {
+	if on {
+		return "ON"
+	}
+	return "OFF"
 }
 
 // printAddress is ctx_print_pingpong_data: " local address: LID 0000 QPN
@@ -110,7 +121,11 @@ func printAddress(w io.Writer, p *params, remote bool, d oob.PerftestDest) {
 	}
 	b := &strings.Builder{}
 	fmt.Fprintf(b, " %s address: LID %s QPN %s PSN %s", side, cx(uint64(d.LID), 4), cx(uint64(d.QPN), 6), cx(uint64(d.PSN), 6))
-	switch p.test.verb {
+	v := p.test.verb
+	if p.cmComm {
+		v = verbSend // perftest prints with its rdma_cm channel's parameters, a SEND's
+	}
+	switch v {
 	case verbRead:
 		fmt.Fprintf(b, " OUT %s", cx(uint64(d.OutReads), 4))
 		fallthrough

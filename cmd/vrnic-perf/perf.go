@@ -23,8 +23,11 @@ type session struct {
 	scq, rcq   *verbs.CQ
 	qps        []*verbs.QP
 	my, rem    []oob.PerftestDest
-	conn       *oob.Conn
+	conn       *oob.Conn // TCP; nil in rdma_cm mode (-z, -R)
 	comm       *oob.Perftest
+	ch         *cmChannel      // rdma_cm mode's channel
+	listener   *verbs.Listener // the rdma_cm server's, until the QPs are connected
+	conns      []*verbs.Conn   // -R: each QP's connection
 	mtu        verbs.MTU
 	cycle      int    // cycle buffer: the larger page size of the two sides
 	cacheLine  int    // likewise
@@ -61,6 +64,7 @@ func perf(ctx context.Context, p *params, stdout, stderr io.Writer) error {
 	}
 	s := &session{p: p, out: stdout, errw: stderr, dev: dev, progress: newProgress(stderr, p)}
 	defer s.close()
+	defer s.closeCM() // before the QPs go
 	if err := s.checkLink(); err != nil {
 		return err
 	}
@@ -70,9 +74,16 @@ func perf(ctx context.Context, p *params, stdout, stderr io.Writer) error {
 	if err := s.establish(ctx); err != nil {
 		return err
 	}
-	defer s.conn.Close()
+	if s.conn != nil {
+		defer s.conn.Close()
+	}
 	if err := s.initCtx(); err != nil {
 		return err
+	}
+	if p.cmQPs {
+		if err := s.connectQPs(ctx); err != nil {
+			return err
+		}
 	}
 	if err := s.setUpConnection(); err != nil {
 		return err
@@ -210,8 +221,6 @@ func (s *session) initCtx() error {
 			return fmt.Errorf("Couldn't create a receiver CQ: %w", err)
 		}
 	}
-	qpAccess := map[verb]verbs.Access{verbAtomic: verbs.AccessRemoteAtomic, verbRead: verbs.AccessRemoteRead,
-		verbWrite: verbs.AccessRemoteWrite, verbSend: verbs.AccessRemoteWrite | verbs.AccessLocalWrite}[p.test.verb]
 	for range p.numQPs {
 		c := verbs.QPCap{MaxSendWR: uint32(p.txDepth), MaxSendSGE: 1, MaxInlineData: uint32(p.inlineSize)}
 		if p.test.verb == verbSend {
@@ -222,10 +231,22 @@ func (s *session) initCtx() error {
 			return fmt.Errorf("Couldn't create QP: %w", err)
 		}
 		s.qps = append(s.qps, qp)
-		attr := verbs.QPAttr{State: verbs.QPStateInit, PKeyIndex: 0, Port: uint8(p.ibPort), AccessFlags: qpAccess}
-		if err := qp.Modify(&attr, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-			return fmt.Errorf("Failed to modify QP to INIT, ret=%v", err)
+		if err := s.qpInit(qp); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// qpInit takes a QP to INIT with the test's remote access (with -R,
+// rdma_cm sets its own from the connection's read depths).
+func (s *session) qpInit(qp *verbs.QP) error {
+	p := s.p
+	qpAccess := map[verb]verbs.Access{verbAtomic: verbs.AccessRemoteAtomic, verbRead: verbs.AccessRemoteRead,
+		verbWrite: verbs.AccessRemoteWrite, verbSend: verbs.AccessRemoteWrite | verbs.AccessLocalWrite}[p.test.verb]
+	attr := verbs.QPAttr{State: verbs.QPStateInit, PKeyIndex: 0, Port: uint8(p.ibPort), AccessFlags: qpAccess}
+	if err := qp.Modify(&attr, verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("Failed to modify QP to INIT, ret=%v", err)
 	}
 	return nil
 }

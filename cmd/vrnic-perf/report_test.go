@@ -111,7 +111,7 @@ func TestParamsRefused(t *testing.T) {
 		"atomic_bw -A XOR":         "Invalid Atomic type!",
 		"write_bw -c UC":           "vrnic-perf runs RC",
 		"write_bw -b":              "-b: not supported by vrnic-perf",
-		"write_bw -R":              "-R: not supported by vrnic-perf",
+		"write_bw -O":              "-O: not supported by vrnic-perf",
 		"write_bw -D 2 -f 1":       "please check that DURATION > 2*MARGIN",
 		"write_bw -D 4 -a":         "Duration mode currently doesn't support running on all sizes.",
 		"read_bw -D 4 -e":          "Duration mode doesn't work with events.",

@@ -125,6 +125,40 @@ func ParsePerftestDest(msg []byte) (PerftestDest, error) {
 	return d, nil
 }
 
+// PerftestDestSize is the size of struct pingpong_dest on x86-64 and
+// arm64, the address message of perftest's rdma_cm modes.
+const PerftestDestSize = 56
+
+// AppendBinary appends d as perftest's rdma_write_keys sends it: struct
+// pingpong_dest with every integer big-endian (its HAVE_ENDIAN build, as
+// every Linux distribution's): lid, out_reads, qpn, psn, rkey (4 bytes
+// each), 4 bytes of padding, vaddr (8), the GID (16), srqn and gid_index
+// (4 each, the latter 0: the peer does not read it).
+func (d PerftestDest) AppendBinary(b []byte) []byte {
+	for _, v := range []uint32{uint32(d.LID), uint32(d.OutReads), d.QPN, d.PSN, d.RKey, 0} {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	b = binary.BigEndian.AppendUint64(b, d.VAddr)
+	b = append(b, d.GID[:]...)
+	b = binary.BigEndian.AppendUint32(b, d.SRQN)
+	return binary.BigEndian.AppendUint32(b, 0)
+}
+
+// ParsePerftestDestBinary decodes rdma_read_keys' message. perftest reads
+// only lid … gid (not srqn), and so does this; the padding may be any
+// bytes (perftest sends its stack's).
+func ParsePerftestDestBinary(msg []byte) (PerftestDest, error) {
+	if len(msg) != PerftestDestSize {
+		return PerftestDest{}, &ProtocolError{Op: "the peer's perftest address", Msg: msg,
+			Why: fmt.Sprintf("%d bytes, want %d", len(msg), PerftestDestSize)}
+	}
+	be := binary.BigEndian
+	d := PerftestDest{LID: uint16(be.Uint32(msg)), OutReads: uint16(be.Uint32(msg[4:])), QPN: be.Uint32(msg[8:]) & 0xffffff,
+		PSN: be.Uint32(msg[12:]) & 0xffffff, RKey: be.Uint32(msg[16:]), VAddr: be.Uint64(msg[24:])}
+	copy(d.GID[:], msg[32:48])
+	return d, nil
+}
+
 // BWReport is what perftest's bandwidth tests exchange after a run
 // (struct bw_report_data, the fields xchg_bw_reports sends): the message
 // size, iterations, peak and average bandwidth and the message rate, in
@@ -152,15 +186,45 @@ type BWReport struct {
 // The other tests differ in where they put the handshakes; cmd/vrnic-perf
 // follows each one's main().
 type Perftest struct {
-	c       *Conn
+	ch      PerftestChannel
+	c       *Conn // the TCP connection; nil in rdma_cm mode
 	client  bool
 	noGID   bool
 	version string
 }
 
+// PerftestChannel carries perftest's messages: a TCP connection (*Conn),
+// or in perftest's rdma_cm modes (-R, -z) SENDs and RECVs on a QP that
+// rdma_cm connected, one message each.
+type PerftestChannel interface {
+	// WriteMsg sends msg as one message; what names it in errors.
+	WriteMsg(ctx context.Context, msg []byte, what string) error
+	// ReadMsg fills buf with one message of exactly its size, waiting at
+	// most wait (the channel's own bound if zero).
+	ReadMsg(ctx context.Context, buf []byte, what string, wait time.Duration) error
+}
+
 // Perftest starts perftest's exchange on c, as the client (the side that
 // connected) or the server.
-func (c *Conn) Perftest(client bool) *Perftest { return &Perftest{c: c, client: client} }
+func (c *Conn) Perftest(client bool) *Perftest { return &Perftest{ch: c, c: c, client: client} }
+
+// PerftestRDMACM starts perftest's exchange in its rdma_cm modes on ch:
+// the same messages, except that each address goes as perftest's binary
+// struct pingpong_dest (PerftestDestSize bytes, AppendBinary) and Close
+// sends no "done".
+func PerftestRDMACM(ch PerftestChannel, client bool) *Perftest {
+	return &Perftest{ch: ch, client: client}
+}
+
+// WriteMsg sends msg in one write (PerftestChannel).
+func (c *Conn) WriteMsg(ctx context.Context, msg []byte, what string) error {
+	return c.write(ctx, msg, what)
+}
+
+// ReadMsg reads len(buf) bytes (PerftestChannel).
+func (c *Conn) ReadMsg(ctx context.Context, buf []byte, what string, wait time.Duration) error {
+	return c.read(ctx, buf, what, wait)
+}
 
 // SetGID chooses the address message form: with the GID (the default, and
 // what every RoCE run uses) or without (InfiniBand without a GID index).
@@ -173,8 +237,8 @@ func (p *Perftest) RemoteVersion() string { return p.version }
 // xchg sends mine and receives the peer's same-sized value, in the order
 // of p's side.
 func (p *Perftest) xchg(ctx context.Context, mine, theirs []byte, what string, wait time.Duration) error {
-	send := func() error { return p.c.write(ctx, mine, "sending our "+what) }
-	recv := func() error { return p.c.read(ctx, theirs, "reading the peer's "+what, wait) }
+	send := func() error { return p.ch.WriteMsg(ctx, mine, "sending our "+what) }
+	recv := func() error { return p.ch.ReadMsg(ctx, theirs, "reading the peer's "+what, wait) }
 	if p.client {
 		if err := send(); err != nil {
 			return err
@@ -264,6 +328,13 @@ func NegotiateMTU(local, remote int) int {
 // uses it as a barrier: wait bounds the read when the peer may be busy
 // (running its side of the test) before it answers; 0 means Conn.Timeout.
 func (p *Perftest) HandShake(ctx context.Context, local PerftestDest, wait time.Duration) (PerftestDest, error) {
+	if p.c == nil {
+		theirs := make([]byte, PerftestDestSize)
+		if err := p.xchg(ctx, local.AppendBinary(nil), theirs, "perftest address", wait); err != nil {
+			return PerftestDest{}, err
+		}
+		return ParsePerftestDestBinary(theirs)
+	}
 	size := PerftestKeySize
 	if p.noGID {
 		size = PerftestKeySizeNoGID
@@ -308,8 +379,13 @@ func (p *Perftest) ExchangeBWReports(ctx context.Context, local BWReport, wait t
 
 // Close ends the exchange (ctx_close_connection): a last HandShake, then
 // each side writes "done"; this side also reads the peer's, then closes
-// the connection. wait bounds the handshake as in HandShake.
+// the connection. wait bounds the handshake as in HandShake. In rdma_cm
+// mode the handshake is all; the channel stays the caller's.
 func (p *Perftest) Close(ctx context.Context, local PerftestDest, wait time.Duration) error {
+	if p.c == nil {
+		_, err := p.HandShake(ctx, local, wait)
+		return err
+	}
 	defer p.c.Close()
 	if _, err := p.HandShake(ctx, local, wait); err != nil {
 		return err
