@@ -208,7 +208,8 @@ func TestInteropRpingLossyCM(t *testing.T) {
 // cmMADOffset: Ethernet, IPv4, UDP, BTH, DETH.
 const cmMADOffset = 14 + 20 + 8 + 12 + 8
 
-var cmAttrNames = map[uint16]string{0x10: "REQ", 0x11: "MRA", 0x12: "REJ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP"}
+var cmAttrNames = map[uint16]string{0x10: "REQ", 0x11: "MRA", 0x12: "REJ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP",
+	0x17: "SIDR_REQ", 0x18: "SIDR_REP"}
 
 // isCMMAD matches an IPv4 RoCEv2 UD SEND to QP1 carrying a CM MAD.
 func isCMMAD(f []byte) bool {
