@@ -273,9 +273,10 @@ func TestInteropUcmatoseLossyCM(t *testing.T) {
 // the same way), so the client's retransmitted SIDR_REQ is a new request
 // to the server application. udaddy's server takes exactly -c requests
 // and then stops reading CM events, so that one is never answered and the
-// client ends UNREACHABLE (ETIMEDOUT) after its retries, whichever CM
-// either side runs (seen here both ways: the kernel's 15 retries of 4 s
-// unanswered, and ours).
+// client ends UNREACHABLE (-110) after its 15 retries 4 s apart. Seen both
+// ways: vrnic-udaddy's retries unanswered by the kernel until the guest's
+// udaddy was killed (its cm_destroy_id then sent SIDR_REP "rejected"), and
+// the kernel udaddy's unanswered by vrnicd.
 func TestInteropUdaddyLossyCM(t *testing.T) {
 	n, vm, d := cmLossyBed(t)
 	guest, ours := vm.IP.Addr().String(), d.addr.String()
