@@ -302,8 +302,11 @@ func TestInteropUdaddyLossyCM(t *testing.T) {
 }
 
 // TestInteropRdmaServerClientLossyCM: rdma_server/rdma_client each way,
-// one 16-byte message each way; the REQ, REP and RTU lost once, then every
-// CM MAD duplicated.
+// one 16-byte message each way; the REQ, REP and RTU lost once and both
+// sides' DREQs (each side calls rdma_disconnect and rdma_destroy_ep at
+// once, so two DREQs cross; with both lost, vrnicd's retransmission meets
+// the kernel's ID in timewait, which answers the DREP), then every CM MAD
+// duplicated.
 func TestInteropRdmaServerClientLossyCM(t *testing.T) {
 	n, vm, d := cmLossyBed(t)
 	guest, ours := vm.IP.Addr().String(), d.addr.String()
@@ -311,19 +314,19 @@ func TestInteropRdmaServerClientLossyCM(t *testing.T) {
 	runLossy(t, n, vm, d, map[string]lossyCase{
 		"kernel-server": {port: 7471, kernelServer: true, kernel: "rdma_server -s " + guest,
 			ours:  []string{d.tools.rdmaClient, "-s", guest},
-			fromG: []string{"REP"}, toG: []string{"REQ", "RTU"},
+			fromG: []string{"REP", "DREQ"}, toG: []string{"REQ", "RTU", "DREQ"},
 			check: func(t *testing.T, ko, so string) {
 				checkSequence(t, "vrnic-rdma-client", so, client)
 				checkSequence(t, "kernel rdma_server", ko, server)
 			},
-			counted: []string{"cm_tx_req", "cm_rx_rep", "cm_tx_rtu"}, conns: 1, timeout: 80 * time.Second},
+			counted: []string{"cm_tx_req", "cm_rx_rep", "cm_tx_rtu", "cm_tx_dreq"}, conns: 1, timeout: 80 * time.Second},
 		"kernel-client": {port: 7471, kernel: "rdma_client -s " + ours,
 			ours:  []string{d.tools.rdmaServer, "-s", ours},
-			fromG: []string{"REQ", "RTU"}, toG: []string{"REP"},
+			fromG: []string{"REQ", "RTU", "DREQ"}, toG: []string{"REP", "DREQ"},
 			check: func(t *testing.T, ko, so string) {
 				checkSequence(t, "kernel rdma_client", ko, client)
 				checkSequence(t, "vrnic-rdma-server", so, server)
 			},
-			counted: []string{"cm_rx_req", "cm_tx_rep", "cm_rx_rtu"}, conns: 1, timeout: 80 * time.Second},
+			counted: []string{"cm_rx_req", "cm_tx_rep", "cm_rx_rtu", "cm_tx_dreq"}, conns: 1, timeout: 80 * time.Second},
 	})
 }
