@@ -46,6 +46,22 @@ func linkLocal(t *testing.T, vm *rxepeer.VM, d *daemon) (guest, ours string) {
 	if err != nil || code != 0 || perr != nil || !g.IsLinkLocalUnicast() {
 		t.Fatalf("guest GID 0: %q exit %d %v %v", out, code, err, perr)
 	}
+	// The kernel's rping resolves -a with getaddrinfo, whose AI_ADDRCONFIG
+	// refuses an IPv6 literal (EAI_ADDRFAMILY) until eth0 has an IPv6
+	// address: right after boot it may not yet.
+	for i := 0; ; i++ {
+		out, _, _, err := vm.Exec(ctx, "ip -6 -o addr show dev eth0 scope link")
+		if err == nil && strings.Contains(out, g.String()+"/") && !strings.Contains(out, "tentative") {
+			if i > 0 {
+				t.Logf("guest eth0's %v there after %d polls", g, i)
+			}
+			break
+		}
+		if i == 100 || ctx.Err() != nil {
+			t.Fatalf("guest eth0 has no usable %v: %q %v", g, out, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	gids, _ := d.ready["gids"].(string)
 	var o netip.Addr
 	for _, e := range strings.Fields(gids) {
