@@ -32,8 +32,9 @@ func TestInteropRping(t *testing.T) {
 	}
 	guest, ours := vm.IP.Addr().String(), d.addr.String()
 	if dir := os.Getenv("VRNICD_RPING_PCAP"); dir != "" {
-		// A whole-frame capture of the bridge, for looking at a failure.
-		c := startHost(t, n, "tshark", "-q", "-i", n.Bridge, "-w", filepath.Join(dir, "rping.pcapng"))
+		// A whole-frame capture of the bridge, for looking at a failure
+		// (dumpcap itself: a killed tshark leaves its dumpcap running).
+		c := startHost(t, n, "dumpcap", "-q", "-n", "-i", n.Bridge, "-w", filepath.Join(dir, "rping.pcapng"))
 		t.Cleanup(c.kill)
 		time.Sleep(2 * time.Second)
 	}
