@@ -32,8 +32,9 @@ func TestInteropRping(t *testing.T) {
 	}
 	guest, ours := vm.IP.Addr().String(), d.addr.String()
 	if dir := os.Getenv("VRNICD_RPING_PCAP"); dir != "" {
-		// A whole-frame capture of the bridge, for looking at a failure.
-		c := startHost(t, n, "tshark", "-q", "-i", n.Bridge, "-w", filepath.Join(dir, "rping.pcapng"))
+		// A whole-frame capture of the bridge, for looking at a failure
+		// (dumpcap itself: a killed tshark leaves its dumpcap running).
+		c := startHost(t, n, "dumpcap", "-q", "-n", "-i", n.Bridge, "-w", filepath.Join(dir, "rping.pcapng"))
 		t.Cleanup(c.kill)
 		time.Sleep(2 * time.Second)
 	}
@@ -208,7 +209,8 @@ func TestInteropRpingLossyCM(t *testing.T) {
 // cmMADOffset: Ethernet, IPv4, UDP, BTH, DETH.
 const cmMADOffset = 14 + 20 + 8 + 12 + 8
 
-var cmAttrNames = map[uint16]string{0x10: "REQ", 0x11: "MRA", 0x12: "REJ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP"}
+var cmAttrNames = map[uint16]string{0x10: "REQ", 0x11: "MRA", 0x12: "REJ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP",
+	0x17: "SIDR_REQ", 0x18: "SIDR_REP"}
 
 // isCMMAD matches an IPv4 RoCEv2 UD SEND to QP1 carrying a CM MAD.
 func isCMMAD(f []byte) bool {

@@ -99,6 +99,8 @@ func (t *Table) Connect(p ConnectParams, out *Output) (uint32, error) {
 //   - our REQ unanswered: REJ "timeout" with our CA GUID, forgotten;
 //   - our REP unanswered: QP to error, REJ "consumer defined", forgotten;
 //   - a request not yet accepted: REJ "consumer defined", forgotten;
+//   - a SIDR request not yet answered: SIDR_REP "rejected" (cm_destroy_id
+//     in IB_CM_SIDR_REQ_RCVD), so the peer stops retrying at once;
 //   - already disconnecting or in timewait: nothing.
 func (t *Table) Disconnect(id uint32, priv []byte, out *Output) error {
 	c, ok := t.conns[id]
@@ -133,7 +135,9 @@ func (t *Table) Disconnect(id uint32, priv []byte, out *Output) error {
 		t.free(c)
 	case StateREQRcvd, StateMRAREQSent:
 		return t.Reject(id, mad.RejConsumerDefined, nil, priv, out)
-	case StateSIDRREQSent, StateSIDRREQRcvd:
+	case StateSIDRREQRcvd:
+		return t.AnswerSIDR(id, SIDRAnswer{Status: mad.SIDRRejected}, nil, out)
+	case StateSIDRREQSent:
 		t.free(c)
 	}
 	return nil

@@ -102,6 +102,37 @@ func TestSIDRResolvesUDQP(t *testing.T) {
 	}
 }
 
+// A SIDR request its consumer drops unanswered (rdma_destroy_id, or the
+// process gone) is answered "rejected", as the kernel's cm_destroy_id does
+// in IB_CM_SIDR_REQ_RCVD, rather than left to the requester's retries.
+func TestSIDRRequestDestroyedIsRejected(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	if _, err := p.passive.Listen(ServiceID(PortSpaceUDP, 7174), passiveIP); err != nil {
+		t.Fatal(err)
+	}
+	var out Output
+	sp := SIDRParams{Src: netip.AddrPortFrom(activeIP, 4000), Dst: netip.AddrPortFrom(passiveIP, 7174)}
+	id, err := p.active.ResolveSIDR(sp, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	ev := only(t, pOut, EventSIDRRequest)
+	pOut.Reset()
+	if err := p.passive.Disconnect(ev.ID, nil, pOut); err != nil {
+		t.Fatal(err)
+	}
+	res := only(t, deliver(t, pOut, p.active, passiveIP), EventSIDRResolved)
+	if res.ID != id || res.SIDR.Status != mad.SIDRRejected {
+		t.Errorf("resolved %d %+v, want %d status %d", res.ID, res.SIDR, id, mad.SIDRRejected)
+	}
+	for _, tb := range []*Table{p.active, p.passive} {
+		if n, _ := tb.Len(); n != 0 {
+			t.Errorf("%d entries left", n)
+		}
+	}
+}
+
 // rdma_cm over IPv6, link-local included: the cma_hdr carries the 16-byte
 // addresses, the GIDs are the addresses themselves.
 func TestIPv6AndLinkLocalAddressing(t *testing.T) {
