@@ -43,7 +43,7 @@ func TestRpingLinkLocalTwoDaemons(t *testing.T) {
 		defer close(done)
 		var o, e bytes.Buffer
 		err := run(ctx, []string{"--socket", ds[1].Socket, "-s", "-a", ll.WithZone("eth0").String(), "-v"}, &o, &e)
-		srv = result{o.String(), e.String(), err}
+		srv = result{Stdout: o.String(), Stderr: e.String(), Err: err}
 		if err != nil {
 			cancel()
 		}
@@ -53,12 +53,12 @@ func TestRpingLinkLocalTwoDaemons(t *testing.T) {
 	case <-listening:
 		var o, e bytes.Buffer
 		err := run(ctx, []string{"--socket", ds[0].Socket, "-c", "-a", ll.WithZone("eth0").String(), "-C", "5", "-v", "-V"}, &o, &e)
-		cli = result{o.String(), e.String(), err}
+		cli = result{Stdout: o.String(), Stderr: e.String(), Err: err}
 	case <-ctx.Done():
 	}
 	<-done
-	if cli.err != nil || srv.err != nil {
-		t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cli.err, cli.stdout, cli.stderr, srv.err, srv.stdout, srv.stderr)
+	if cli.Err != nil || srv.Err != nil {
+		t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cli.Err, cli.Stdout, cli.Stderr, srv.Err, srv.Stdout, srv.Stderr)
 	}
 	checkPing(t, cli, "ping data: ", 5, 64)
 	checkPing(t, srv, "server ping data: ", 5, 64)
