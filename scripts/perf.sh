@@ -205,8 +205,10 @@ perf() {
 # health prints what the last run cost on the wire, from both daemons'
 # counters (client A, server B; since the previous run): retransmit
 # timeouts, packets sent again (after a timeout, a sequence NAK or an RNR
-# NAK, which send_bw meets when the server's receives run out), and
-# frames a receive ring had no room for. Only what is not 0 is shown.
+# NAK, which send_bw meets when the server's receives run out), requests
+# that arrived twice (a resent packet the peer already had: its ACK was
+# what went missing), and frames a receive ring had no room for. Only what
+# is not 0 is shown.
 declare -A C # the counters' values at the last health
 health() {
 	local s ns n v d out=""
@@ -218,7 +220,7 @@ health() {
 			out+=" ${s^^}: vrnicctl stat failed: $js"
 			continue
 		fi
-		for n in retransmit_timeouts retransmitted_pkts rcvd_rnr_err link_rx_ring_drops; do
+		for n in retransmit_timeouts retransmitted_pkts duplicate_request rcvd_rnr_err link_rx_ring_drops; do
 			v=$(grep -o "\"$n\":[0-9]*" <<<"$js" | head -1 | cut -d: -f2) || v=0 # TAP mode has no ring
 			d=$((${v:-0} - ${C[$s.$n]:-0}))
 			C[$s.$n]=${v:-0}
