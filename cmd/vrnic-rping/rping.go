@@ -9,9 +9,9 @@ import (
 	"io"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/cmtool"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
@@ -254,17 +254,12 @@ func cstring(b []byte) []byte {
 // connParams is rping_init_conn_param's.
 var connParams = verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
 
-// cmError reports a failed connection as rping's CM event handler does.
+// cmError reports a failed connection as rping's CM event handler does
+// ("cma event RDMA_CM_EVENT_REJECTED, error 8", ADDR_ERROR -110, ...).
 func (c *cb) cmError(err error) error {
-	var rej *verbs.RejectedError
-	switch {
-	case errors.As(err, &rej):
-		c.printf(c.errw, "cma event RDMA_CM_EVENT_REJECTED, error %d\n", rej.Reason)
-	case errors.Is(err, syscall.EHOSTUNREACH):
-		c.printf(c.errw, "cma event RDMA_CM_EVENT_ADDR_ERROR, error -110\n")
-	case errors.Is(err, verbs.ErrUnreachable):
-		c.printf(c.errw, "cma event RDMA_CM_EVENT_UNREACHABLE, error -110\n")
-	default:
+	if t, status, ok := cmtool.FailedEvent(err); ok {
+		c.printf(c.errw, "cma event %s, error %d\n", cmtool.EventName(t), status)
+	} else {
 		c.printf(c.errw, "connect error: %v\n", err)
 	}
 	return errReported
