@@ -53,7 +53,7 @@ type cmDups struct {
 func (c *cmDups) decide(_ int, f []byte) rxepeer.Action {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dup[cmAttrNames[uint16(f[cmMADOffset+16])<<8|uint16(f[cmMADOffset+17])]]++
+	c.dup[cmMADName(f)]++
 	return rxepeer.Duplicate
 }
 

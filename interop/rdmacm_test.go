@@ -206,16 +206,42 @@ func TestInteropRpingLossyCM(t *testing.T) {
 	})
 }
 
-// cmMADOffset: Ethernet, IPv4, UDP, BTH, DETH.
-const cmMADOffset = 14 + 20 + 8 + 12 + 8
-
 var cmAttrNames = map[uint16]string{0x10: "REQ", 0x11: "MRA", 0x12: "REJ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP",
 	0x17: "SIDR_REQ", 0x18: "SIDR_REP"}
 
-// isCMMAD matches an IPv4 RoCEv2 UD SEND to QP1 carrying a CM MAD.
-func isCMMAD(f []byte) bool {
-	return rxepeer.IsRoCEv2(f) && len(f) >= cmMADOffset+256 && f[12] == 0x08 && f[13] == 0 &&
-		f[14+20+8] == 0x64 && f[cmMADOffset+1] == 0x07
+// cmMAD is the CM MAD of a RoCEv2 UD SEND to QP1 over IPv4 (no options)
+// or IPv6 (no extension headers: rxe and vrnicd send none), or nil: the
+// link-local GID's CM runs over IPv6.
+func cmMAD(f []byte) []byte {
+	if !rxepeer.IsRoCEv2(f) {
+		return nil
+	}
+	var bth int
+	switch {
+	case f[12] == 0x08 && f[13] == 0 && f[14] == 0x45:
+		bth = 14 + 20 + 8
+	case f[12] == 0x86 && f[13] == 0xdd && f[14+6] == 17:
+		bth = 14 + 40 + 8
+	default:
+		return nil
+	}
+	// BTH (12: opcode UD SEND only, DestQP 1), DETH (8), the 256-byte MAD.
+	if len(f) < bth+12+8+256 || f[bth] != 0x64 || f[bth+5] != 0 || f[bth+6] != 0 || f[bth+7] != 1 {
+		return nil
+	}
+	if mad := f[bth+12+8 : bth+12+8+256]; mad[1] == 0x07 {
+		return mad
+	}
+	return nil
+}
+
+// isCMMAD matches a RoCEv2 UD SEND to QP1 carrying a CM MAD, IPv4 or IPv6.
+func isCMMAD(f []byte) bool { return cmMAD(f) != nil }
+
+// cmMADName is a CM MAD's attribute's name (f matched isCMMAD).
+func cmMADName(f []byte) string {
+	mad := cmMAD(f)
+	return cmAttrNames[uint16(mad[16])<<8|uint16(mad[17])]
 }
 
 // cmDrops loses the first MAD of each of the named CM messages in one
@@ -235,7 +261,7 @@ func newCMDrops(names ...string) *cmDrops {
 }
 
 func (c *cmDrops) decide(_ int, f []byte) rxepeer.Action {
-	name := cmAttrNames[uint16(f[cmMADOffset+16])<<8|uint16(f[cmMADOffset+17])]
+	name := cmMADName(f)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.lose[name] || c.dropped[name] > 0 {
