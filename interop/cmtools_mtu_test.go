@@ -221,6 +221,52 @@ func (b *cmMTUBed) perfR(t *testing.T, kernel, sub string) {
 	})
 }
 
+// cmtime: one round of conns connections connected at once and
+// disconnected, each way (TestInteropCmtime runs 3 rounds of 100 at path
+// MTU 1024 over IPv4). Only CM MADs cross: the wire check is the GID's
+// family.
+func (b *cmMTUBed) cmtime(t *testing.T, conns int) {
+	t.Run("cmtime/kernel-server", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		start, mark, before := time.Now(), b.w.c.mark(), cmCount(t, b.d)
+		job := b.vm.StartTimeout("cmtime -b "+b.kG, 50*time.Second)
+		defer job.Kill()
+		waitKernelListen(ctx, t, b.vm, 7471, job)
+		so, se, exit, err := startTool(t, b.n, b.d.tools.cmtime, "--socket", b.d.socket, "-s", b.vG, "-c", strconv.Itoa(conns)).wait(ctx)
+		if err != nil || exit != 0 || job.Done() {
+			ko, ke := job.Output()
+			t.Fatalf("vrnic-cmtime -s: exit %d %v\n%s%s\nkernel cmtime (done %v):\n%s%s", exit, err, so, se, job.Done(), ko, ke)
+		}
+		logCmtime(t, "vrnic-cmtime:", so)
+		checkCMDone(t, b.d)
+		cmCounted(t, b.d, before, uint64(conns), "cm_tx_req", "cm_rx_rep", "cm_tx_rtu", "cm_tx_dreq", "cm_rx_drep")
+		t.Logf("%.1fs; %s", time.Since(start).Seconds(), b.w.check(t, mark, 0))
+	})
+	t.Run("cmtime/kernel-client", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		start, mark, before := time.Now(), b.w.c.mark(), cmCount(t, b.d)
+		p := startTool(t, b.n, b.d.tools.cmtime, "--socket", b.d.socket, "-b", b.vO)
+		defer p.kill()
+		waitOurListen(ctx, t, b.d, 7471, p)
+		cmd := fmt.Sprintf("cmtime -s %s -c %d", b.kO, conns)
+		ko, ke, kexit, kerr := b.vm.Exec(ctx, cmd)
+		// cmtime reports a failed connection ("event: ...", "failure ...")
+		// and still exits 0.
+		if kerr != nil || kexit != 0 || strings.Contains(ko, "event: ") || strings.Contains(ko+ke, "failure") {
+			t.Fatalf("kernel %q: exit %d %v\n%s%s\nvrnic-cmtime:\n%s%s", cmd, kexit, kerr, ko, ke, p.stdout.String(), p.stderr.String())
+		}
+		logCmtime(t, "kernel cmtime:", ko)
+		if p.exited() || p.stdout.String() != "" {
+			t.Fatalf("vrnic-cmtime server: exited %v, output:\n%s%s", p.exited(), p.stdout.String(), p.stderr.String())
+		}
+		checkCMDone(t, b.d)
+		cmCounted(t, b.d, before, uint64(conns), "cm_rx_req", "cm_tx_rep", "cm_rx_rtu", "cm_rx_dreq", "cm_tx_drep")
+		t.Logf("%.1fs; %s", time.Since(start).Seconds(), b.w.check(t, mark, 0))
+	})
+}
+
 // TestInteropCMTools9000: on a 9000-byte link (path MTU 4096, IPv4),
 // each way: ucmatose and udaddy with 4096-byte messages, rdma_server/
 // rdma_client, ib_send_bw -R and ib_write_bw -R.
@@ -231,6 +277,7 @@ func TestInteropCMTools9000(t *testing.T) {
 	b.rdmaServerClient(t)
 	b.perfR(t, "ib_send_bw", "send_bw")
 	b.perfR(t, "ib_write_bw", "write_bw")
+	b.cmtime(t, 50)
 }
 
 // TestInteropCMToolsLinkLocal: the same tools over the IPv6 link-local GID
@@ -245,6 +292,7 @@ func TestInteropCMToolsLinkLocal(t *testing.T) {
 	b.ucmatose(t, 4096)
 	b.udaddy(t, 1024)
 	b.rdmaServerClient(t)
+	b.cmtime(t, 50)
 	t.Run("ib_send_bw-R", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
