@@ -80,24 +80,32 @@ func TestOutputMatchesPerftest(t *testing.T) {
 			}
 			args := append([]string{"--quiet", "-x", fmt.Sprint(ds[0].Host.GIDIndex()), "-F"}, strings.Fields(tc.args)...)
 			srv, cli := runPair(t, ds, tc.test, args...)
-			for _, side := range []struct {
-				who string
-				r   result
-			}{{"srv", srv}, {"cli", cli}} {
-				if side.r.Err != nil {
-					t.Fatalf("%s: %v\n%s%s", side.who, side.r.Err, side.r.Stdout, side.r.Stderr)
-				}
-				want, err := os.ReadFile(filepath.Join("testdata", tc.ref+"."+side.who+".out"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				dur := strings.Contains(tc.args, "-D")
-				got, exp := skeleton(side.r.Stdout, dur), skeleton(string(want), dur)
-				if strings.Join(got, "\n") != strings.Join(exp, "\n") {
-					t.Errorf("%s: output differs from perftest's:\n%s", side.who, diff(exp, got))
-				}
-			}
+			dur := strings.Contains(tc.args, "-D")
+			checkGolden(t, tc.ref, srv, cli, func(out string) []string { return skeleton(out, dur) })
 		})
+	}
+}
+
+// checkGolden compares each side's output, through norm, with perftest's
+// saved in testdata/REF.srv.out and REF.cli.out; a side that failed fails
+// the test.
+func checkGolden(t *testing.T, ref string, srv, cli result, norm func(string) []string) {
+	t.Helper()
+	for _, side := range []struct {
+		who string
+		r   result
+	}{{"srv", srv}, {"cli", cli}} {
+		if side.r.Err != nil {
+			t.Fatalf("%s: %v\n%s%s", side.who, side.r.Err, side.r.Stdout, side.r.Stderr)
+		}
+		want, err := os.ReadFile(filepath.Join("testdata", ref+"."+side.who+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, exp := norm(side.r.Stdout), norm(string(want))
+		if strings.Join(got, "\n") != strings.Join(exp, "\n") {
+			t.Errorf("%s: output differs from perftest's:\n%s", side.who, diff(exp, got))
+		}
 	}
 }
 

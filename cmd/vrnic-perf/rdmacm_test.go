@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -216,27 +214,13 @@ func TestOutputMatchesPerftestRdmaCM(t *testing.T) {
 	} {
 		t.Run(tc.ref, func(t *testing.T) {
 			srv, cli := runPairCM(t, ds, tc.test, append([]string{"--quiet", "-x", fmt.Sprint(ds[0].Host.GIDIndex())}, strings.Fields(tc.args)...)...)
-			for _, side := range []struct {
-				who string
-				r   result
-			}{{"srv", srv}, {"cli", cli}} {
-				if side.r.Err != nil {
-					t.Fatalf("%s: %v\n%s%s", side.who, side.r.Err, side.r.Stdout, side.r.Stderr)
+			checkGolden(t, tc.ref, srv, cli, func(out string) []string {
+				l := skeleton(out, true)
+				for i := range l {
+					l[i] = iterRE.ReplaceAllString(l[i], ", # iterations>")
 				}
-				want, err := os.ReadFile(filepath.Join("testdata", tc.ref+"."+side.who+".out"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, exp := skeleton(side.r.Stdout, true), skeleton(string(want), true)
-				for _, l := range [][]string{got, exp} {
-					for i := range l {
-						l[i] = iterRE.ReplaceAllString(l[i], ", # iterations>")
-					}
-				}
-				if strings.Join(got, "\n") != strings.Join(exp, "\n") {
-					t.Errorf("%s: output differs from perftest's:\n%s", side.who, diff(exp, got))
-				}
-			}
+				return l
+			})
 		})
 	}
 }
