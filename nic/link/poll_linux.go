@@ -1,10 +1,6 @@
 package link
 
 import (
-	"errors"
-	"os"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -66,7 +62,7 @@ func (r *Raw) copyRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 // sockErr takes the socket's pending error (the interface went away:
 // ENETDOWN), which a ring, unlike recvmmsg, does not report by itself.
 func (r *Raw) sockErr() error {
-	if !pollErr(r.rc) {
+	if r.rc.events()&pollBad == 0 {
 		return nil
 	}
 	var soErr int
@@ -81,9 +77,6 @@ func (r *Raw) sockErr() error {
 	return nil
 }
 
-// pollErr reports whether fd has an error or hang-up pending.
-func pollErr(rc syscall.RawConn) bool { return pollEvents(rc)&pollBad != 0 }
-
 // readRing is Read over the ring: TryRead, and sleep while it finds nothing.
 func (r *Raw) readRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 	for {
@@ -97,71 +90,17 @@ func (r *Raw) readRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// WaitReadable implements Poller. Readiness is the kernel's (the socket
-// on the Go netpoller, so the wait costs no thread): with a ring, a block
-// (V3) or slot (V2) handed over; without, a frame queued.
+// WaitReadable implements Poller. Readiness is the kernel's: with a
+// ring, a block (V3) or slot (V2) handed over; without, a frame queued.
 func (r *Raw) WaitReadable(timeout time.Duration) (bool, error) {
-	ok, err := waitReadable(r.f, r.rc, &r.wake, timeout, r.readable)
+	ok, err := r.rc.waitReadable(timeout, r.readable)
 	if err != nil {
 		return false, r.fdErr(err)
 	}
 	return ok, nil
 }
 
-// waitReadable is WaitReadable for a file on the netpoller: readable is
-// checked after arming (so nothing is missed between a last try and the
-// sleep), wake is the flag Wake sets before moving the deadline.
-func waitReadable(f *os.File, rc syscall.RawConn, wake *atomic.Bool, timeout time.Duration, readable func() bool) (bool, error) {
-	if timeout == 0 {
-		return readable(), nil
-	}
-	var dl time.Time
-	if timeout > 0 {
-		dl = time.Now().Add(timeout)
-	}
-	if err := f.SetReadDeadline(dl); err != nil {
-		return false, err
-	}
-	// The flag is checked after the deadline is set: a Wake that comes
-	// later moves the deadline to the past, one that came before is seen.
-	if wake.Swap(false) {
-		return false, nil
-	}
-	ready := false
-	err := rc.Read(func(uintptr) bool {
-		ready = readable()
-		return ready || wake.Load()
-	})
-	wake.Store(false)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return false, nil
-	}
-	return ready, err
-}
-
-// wakeFile is Wake for a file on the netpoller.
-func wakeFile(f *os.File, wake *atomic.Bool) {
-	wake.Store(true)
-	_ = f.SetReadDeadline(time.Unix(1, 0))
-}
-
-// pollEvents is fd's poll(2) readiness for input, without waiting.
-func pollEvents(rc syscall.RawConn) int16 {
-	var ev int16
-	_ = rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if n, err := unix.Poll(p, 0); err == nil && n > 0 {
-			ev = p[0].Revents
-		}
-	})
-	return ev
-}
-
 const pollBad = unix.POLLERR | unix.POLLHUP | unix.POLLNVAL
-
-// pollIn reports whether fd has input queued, or an error a read would
-// return (the interface went away: POLLERR), without waiting.
-func pollIn(rc syscall.RawConn) bool { return pollEvents(rc)&(unix.POLLIN|pollBad) != 0 }
 
 // readable reports whether a Read would find a frame now.
 func (r *Raw) readable() bool {
@@ -174,20 +113,52 @@ func (r *Raw) readable() bool {
 		if !r.closed.Load() && r.ring.ready() {
 			return true
 		}
-		if pollErr(r.rc) {
+		if r.rc.events()&pollBad != 0 {
 			r.errPending.Store(true) // for the TryRead that follows
 			return true
 		}
 		return false
 	}
-	return pollIn(r.rc)
+	return r.rc.events()&(unix.POLLIN|pollBad) != 0
 }
 
 // Wake implements Poller: it ends a WaitReadable in progress, or the next
 // one if none is, with (false, nil).
-func (r *Raw) Wake() { wakeFile(r.f, &r.wake) }
+func (r *Raw) Wake() { r.rc.Wake() }
 
 var (
 	_ Poller     = (*Raw)(nil)
 	_ RingReader = (*Raw)(nil)
 )
+
+// PollFD implements Poller: with a receive ring the socket is readable
+// when the ring holds a frame for user space (packet_poll).
+func (r *Raw) PollFD() (int, error) { return pollFD(r.rc) }
+
+// PollError implements Poller: the socket's pending error (the
+// interface went away), which a ring does not report by itself.
+func (r *Raw) PollError() error { return r.sockErr() }
+
+// PollFD implements Poller.
+func (t *TAP) PollFD() (int, error) { return pollFD(t.rc) }
+
+// pollFD is the descriptor a WaitSet may hold until the link is closed.
+func pollFD(s *sysFD) (int, error) {
+	fd := -1
+	if err := s.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// PollError implements Poller: a TAP whose device is gone polls as an
+// error, and its reads fail with EBADFD.
+func (t *TAP) PollError() error {
+	if t.closed.Load() {
+		return closedError(t.name)
+	}
+	if t.rc.events()&pollBad != 0 {
+		return t.fdErr(unix.EBADFD)
+	}
+	return nil
+}

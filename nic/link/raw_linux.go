@@ -10,8 +10,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/net/bpf"
@@ -48,9 +46,9 @@ type RawConfig struct {
 // Raw is a Link over an AF_PACKET socket bound to an existing interface. It
 // sends with the interface's own MAC. Frames the host sends itself are not
 // read, nor frames that came VLAN-tagged (they belong to a VLAN interface on
-// top: run on that one). Reads use recvmmsg and writes sendmmsg, so a batch
-// costs one system call; the socket sits on the Go netpoller, so Close
-// interrupts Read. PACKET_AUXDATA tells which frames carry a UDP checksum a
+// top: run on that one). Reads use recvmmsg (or a ring) and writes
+// sendmmsg, so a batch costs one system call; the socket is kept off the
+// Go netpoller (sysFD), and Close interrupts a blocked Read. PACKET_AUXDATA tells which frames carry a UDP checksum a
 // local sender left partial; Read finishes it.
 //
 // MTU and HardwareAddr are read once, at OpenRaw.
@@ -62,13 +60,11 @@ type Raw struct {
 	mac        net.HardwareAddr
 	mtu        int
 	batch      int
-	f          *os.File
-	rc         syscall.RawConn
+	rc         *sysFD // off the Go netpoller (see sysFD)
 	closed     atomic.Bool
 
 	ring   rxRing       // nil: recvmmsg
 	ringMu sync.RWMutex // readers hold it shared; Close unmaps under it
-	wake   atomic.Bool  // a Wake not yet seen by WaitReadable
 
 	statsMu sync.Mutex // guards stats, the running PACKET_STATISTICS totals
 	stats   RawStats
@@ -148,6 +144,13 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		}
 		return fail("bind", err)
 	}
+	sfd, err := newSysFD(fd)
+	if err != nil {
+		if ring != nil {
+			ring.unmap()
+		}
+		return fail("eventfd", err)
+	}
 	r := &Raw{
 		name:    ifi.Name,
 		ifindex: ifi.Index,
@@ -155,16 +158,12 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		mtu:     ifi.MTU,
 		batch:   cfg.BatchSize,
 		ring:    ring,
-		f:       os.NewFile(uintptr(fd), "packet:"+ifi.Name),
+		rc:      sfd,
 		rhdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		riovs:   make([]unix.Iovec, cfg.BatchSize),
 		rctl:    make([]byte, cfg.BatchSize*auxSpace),
 		whdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		wiovs:   make([]unix.Iovec, cfg.BatchSize),
-	}
-	if r.rc, err = r.f.SyscallConn(); err != nil {
-		r.Close()
-		return nil, err
 	}
 	return r, nil
 }
@@ -199,7 +198,7 @@ func (r *Raw) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	err := r.f.Close()
+	err := r.rc.Close()
 	if r.ring != nil {
 		r.ringMu.Lock()
 		r.ring.unmap()
@@ -248,12 +247,6 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	for {
 		n, err := r.recv(bufs, sizes, offset, true)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// A deadline WaitReadable or Wake left: Read blocks regardless.
-			if err = r.f.SetReadDeadline(time.Time{}); err == nil {
-				continue
-			}
-		}
 		if err != nil {
 			return 0, err
 		}
@@ -263,8 +256,8 @@ func (r *Raw) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// recv is one recvmmsg, blocking on the netpoller until a frame is queued
-// if block is set; otherwise it returns 0, nil when none is.
+// recv is one recvmmsg, first waiting until a frame is queued if block is
+// set; otherwise it returns 0, nil when none is.
 func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
 	fillMmsg(r.rhdrs, r.riovs, bufs, offset)
 	for i := range bufs {
@@ -294,8 +287,6 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, err
 	if block {
 		err = r.rc.Read(once)
 	} else {
-		// Control, not Read: a try ignores the read deadline WaitReadable
-		// or Wake may have left behind.
 		err = r.rc.Control(func(fd uintptr) { once(fd) })
 	}
 	for i := range n {
@@ -429,8 +420,8 @@ func (r *Raw) Write(bufs [][]byte, offset int) (int, error) {
 	return done, nil
 }
 
-// sendmmsg sends the n messages in r.whdrs, waiting on the netpoller while
-// the socket's send buffer is full; the caller holds wmu.
+// sendmmsg sends the n messages in r.whdrs, waiting (poll) while the
+// socket's send buffer is full; the caller holds wmu.
 func (r *Raw) sendmmsg(n int) (int, error) {
 	sent := 0
 	var werr error

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/songgao/water"
@@ -29,8 +28,8 @@ type TAPConfig struct {
 }
 
 // TAP is a Link over a TAP device this process created. The file descriptor
-// sits on the Go netpoller, so a blocked Read costs no thread and Close
-// interrupts it. Read drains every frame already queued on the device (up
+// is kept off the Go netpoller (sysFD: a worker sleeps on it in its own
+// WaitSet), and Close interrupts a blocked Read. Read drains every frame already queued on the device (up
 // to len(bufs)) per wake-up, one read(2) per frame: a TAP file has no
 // batched read (readv reads one frame), and IFF_VNET_HDR's offloads (GSO,
 // USO) do not fit RoCE, whose every packet carries its own BTH.
@@ -39,10 +38,8 @@ type TAP struct {
 	mac    net.HardwareAddr
 	mtu    int
 	batch  int
-	f      *os.File
-	rc     syscall.RawConn
+	rc     *sysFD
 	closed atomic.Bool
-	wake   atomic.Bool // a Wake not yet seen by WaitReadable
 }
 
 // OpenTAP creates the TAP device, sets its MTU and brings it up. The device
@@ -78,10 +75,9 @@ func OpenTAP(cfg TAPConfig) (*TAP, error) {
 		ifce.Close()
 		return nil, errors.New("link: water returned no *os.File")
 	}
-	t := &TAP{name: ifce.Name(), mac: append(net.HardwareAddr(nil), mac...), mtu: cfg.MTU, batch: cfg.BatchSize, f: f}
-	if t.rc, err = f.SyscallConn(); err != nil {
-		f.Close()
-		return nil, err
+	t := &TAP{name: ifce.Name(), mac: append(net.HardwareAddr(nil), mac...), mtu: cfg.MTU, batch: cfg.BatchSize}
+	if t.rc, err = offNetpoller(f); err != nil {
+		return nil, fmt.Errorf("link: TAP %s: %w", t.name, err)
 	}
 	nl, err := netlink.LinkByName(t.name)
 	if err == nil {
@@ -96,10 +92,39 @@ func OpenTAP(cfg TAPConfig) (*TAP, error) {
 		err = netlink.LinkSetUp(nl)
 	}
 	if err != nil {
-		f.Close()
+		t.rc.Close()
 		return nil, fmt.Errorf("link: set up TAP %s: %w", t.name, err)
 	}
 	return t, nil
+}
+
+// offNetpoller moves f's open file description to a sysFD: a duplicate
+// descriptor, non-blocking, and f closed (which takes it off the Go
+// netpoller water's os.OpenFile put it on).
+func offNetpoller(f *os.File) (*sysFD, error) {
+	var fd int
+	var derr error
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = rc.Control(func(ufd uintptr) { fd, derr = unix.FcntlInt(ufd, unix.F_DUPFD_CLOEXEC, 0) })
+	}
+	f.Close()
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	s, err := newSysFD(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return s, nil
 }
 
 // RandomMAC returns a random locally administered unicast MAC.
@@ -122,7 +147,7 @@ func (t *TAP) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	return t.f.Close()
+	return t.rc.Close()
 }
 
 func (t *TAP) fdErr(err error) error {
@@ -134,16 +159,7 @@ func (t *TAP) fdErr(err error) error {
 
 // Read implements Link.
 func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	for {
-		n, err := t.read(bufs, sizes, offset, true)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// A deadline WaitReadable or Wake left: Read blocks regardless.
-			if err = t.f.SetReadDeadline(time.Time{}); err == nil {
-				continue
-			}
-		}
-		return n, err
-	}
+	return t.read(bufs, sizes, offset, true)
 }
 
 // TryRead implements Poller: the frames already queued, up to len(bufs).
@@ -153,7 +169,7 @@ func (t *TAP) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
 
 // WaitReadable implements Poller.
 func (t *TAP) WaitReadable(timeout time.Duration) (bool, error) {
-	ok, err := waitReadable(t.f, t.rc, &t.wake, timeout, func() bool { return !t.closed.Load() && pollIn(t.rc) })
+	ok, err := t.rc.waitReadable(timeout, func() bool { return !t.closed.Load() && t.rc.events()&(unix.POLLIN|pollBad) != 0 })
 	if err != nil {
 		return false, t.fdErr(err)
 	}
@@ -161,10 +177,10 @@ func (t *TAP) WaitReadable(timeout time.Duration) (bool, error) {
 }
 
 // Wake implements Poller.
-func (t *TAP) Wake() { wakeFile(t.f, &t.wake) }
+func (t *TAP) Wake() { t.rc.Wake() }
 
 // read drains queued frames with one read(2) each (a TAP has no batched
-// read); if block is set it first waits on the netpoller for one.
+// read); if block is set it first waits for one.
 func (t *TAP) read(bufs [][]byte, sizes []int, offset int, block bool) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
