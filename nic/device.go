@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/netstack"
@@ -68,6 +69,11 @@ type Config struct {
 	// (by QPN); default 1: with one link queue, a second worker costs a
 	// hand-off for every packet of its QPs.
 	Workers int
+	// BusyPoll is how long a datapath worker keeps polling its link and
+	// rings after the last work it found, yielding the CPU between looks,
+	// before it sleeps (0: it sleeps at once). A reply within it costs no
+	// wake-up; the CPU it takes is the price (see worker_poll.go).
+	BusyPoll time.Duration
 }
 
 // Device is one virtual RDMA device with one port.

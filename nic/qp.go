@@ -43,6 +43,19 @@ type QuietRecvSource interface {
 	PeekQuiet(wr *transport.RecvWR) bool
 }
 
+// PolledSendSource is a SendSource the worker can poll while it is busy
+// and arm only before it sleeps (NAPI-style): while the worker runs, the
+// client's posts ring no doorbell (no system call on either side), and
+// wake-ups cost only on idle-to-busy transitions. PeekQuiet is Peek that
+// leaves an empty ring unarmed; Moved reports a post since the last call;
+// Arm makes the next post ring, unless one came since Moved (false).
+type PolledSendSource interface {
+	SendSource
+	PeekQuiet(wr *transport.SendWR) bool
+	Moved() bool
+	Arm() bool
+}
+
 // QPConfig is what Device.CreateQP takes: the engine's transport.QPConfig
 // less what the device decides (the QPN, the hooks), plus the client's rings.
 type QPConfig struct {
@@ -68,6 +81,7 @@ type QP struct {
 	d     *Device
 	tq    *transport.QP
 	sq    SendSource
+	psq   PolledSendSource // sq, if it can be polled
 	rq    RecvSource
 	owner int
 	onEv  func(transport.Event)
@@ -85,6 +99,8 @@ type QP struct {
 	gone             bool       // destroyed: its packets and wake-ups are dropped
 	runSend, runRecv bool       // touched this pass
 	wake             clock.Slot // in the worker's timer heap
+	polled           bool       // psq is in the worker's polled list, unarmed
+	stillPasses      int        // passes since psq last moved (while polled)
 }
 
 // inQueue bounds the packets waiting for one QP's worker; more are dropped
@@ -140,6 +156,7 @@ func (d *Device) newQP(cfg QPConfig) (*QP, error) {
 	}
 	qpn := d.allocQPN()
 	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent, w: d.workerFor(qpn)}
+	q.psq, _ = cfg.SQ.(PolledSendSource)
 	tq, err := transport.NewQP(&q.w.env, transport.QPConfig{QPN: qpn, Type: cfg.Type, PD: cfg.PD, Cap: c,
 		SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ, SRQ: cfg.SRQ, SQSigAll: cfg.SQSigAll,
 		Hooks: transport.Hooks{WakeSend: q.NotifySend, WakeRecv: q.NotifyRecv, Event: q.event,
@@ -301,7 +318,7 @@ func (q *QP) drainAndRun(wr *transport.SendWR) time.Time {
 	for {
 		full := false
 		if q.sq != nil {
-			for q.sq.Peek(wr) {
+			for q.peekSend(wr) {
 				err := q.tq.PostSend(wr)
 				if err != nil && !errors.Is(err, transport.ErrFull) && !errors.Is(err, transport.ErrState) {
 					wr.Fault = transport.WCLocQPOpErr // a WR ibv_post_send would refuse
@@ -320,6 +337,15 @@ func (q *QP) drainAndRun(wr *transport.SendWR) time.Time {
 			return next
 		}
 	}
+}
+
+// peekSend is the SQ's Peek; a polled ring is not armed by it (the worker
+// arms it before it sleeps, see worker.armPolled).
+func (q *QP) peekSend(wr *transport.SendWR) bool {
+	if q.psq != nil {
+		return q.psq.PeekQuiet(wr)
+	}
+	return q.sq.Peek(wr)
 }
 
 // drainRecv moves posted receive WRs from the client's ring into the

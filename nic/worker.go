@@ -41,18 +41,22 @@ type worker struct {
 	calls []call    // +checklocks:mu
 
 	// Owned by the worker goroutine.
-	rcv     *netstack.RxPoller // the link it reads, nil: none
-	linkFD  int                // rcv's descriptor in ws, -1: none
-	onErr   func(error)        // the link failed
-	bells   map[int]*QP        // doorbell descriptor -> its QP
-	stopped bool               // the loop has ended (read after done)
-	rx      []*rxItem
-	rdy     []*QP
-	cl      []call
-	dirty   []*QP
-	timers  clock.Heap[*QP] // the owned QPs whose send side asked to run at a time
-	swr     transport.SendWR
-	rwr     transport.RecvWR
+	rcv        *netstack.RxPoller // the link it reads, nil: none
+	linkFD     int                // rcv's descriptor in ws, -1: none
+	onErr      func(error)        // the link failed
+	bells      map[int]*QP        // doorbell descriptor -> its QP
+	stopped    bool               // the loop has ended (read after done)
+	rx         []*rxItem
+	rdy        []*QP
+	polled     []*QP // QPs whose send ring the worker polls (worker_poll.go)
+	ran        bool  // a pass ran calls since the last sleep: their callers are ready
+	bellsAt    int64 // nanotime of the last doorbell poll
+	stillSince int64 // nanotime of the first look that found nothing, 0: the last one found work
+	cl         []call
+	dirty      []*QP
+	timers     clock.Heap[*QP] // the owned QPs whose send side asked to run at a time
+	swr        transport.SendWR
+	rwr        transport.RecvWR
 }
 
 // call is work run on the worker (a post by an in-process user, a QP's
@@ -126,35 +130,44 @@ func (w *worker) close() {
 	<-w.done
 }
 
-// loop: busy, it takes what is queued, reads the link and runs a pass,
-// and between two passes in a row polls the doorbells without waiting (so
-// a busy link never starves them); idle, it sleeps on its wait set, whose
-// wait polls before it parks and reports the doorbells that woke it. The
-// link is read every round after any poll of the set, since a poll takes
-// the link's edge.
+// loop: busy, it runs a pass for whatever one look found; when a look
+// finds nothing it busy-polls for the device's BusyPoll (spin), then arms
+// the rings it polled and sleeps on its wait set (idle).
 func (w *worker) loop() {
 	defer close(w.done)
 	defer w.closeWaitSet()
-	busy := false
 	for {
-		took := w.take()
-		if w.pollLink() > 0 {
-			took = true
-		}
-		if !took && len(w.dirty) == 0 {
-			if !w.idle() {
-				w.drainCallsAtStop()
-				return
-			}
-			busy = false
+		if w.look() {
+			w.stillSince = 0
+			w.pass()
 			continue
 		}
-		if busy {
-			w.pollBells()
+		if w.spin() {
+			continue
 		}
-		w.pass()
-		busy = true
+		if !w.idle() {
+			w.drainCallsAtStop()
+			return
+		}
 	}
+}
+
+// look gathers one round's work without waiting: what is queued for the
+// worker, due timers, the link's ready frames (given to the engine at
+// once), posts on the rings it polls and, at most every bellInterval, the
+// doorbells of the others. It reports whether there is anything to run.
+func (w *worker) look() bool {
+	took := w.take()
+	if w.pollLink() > 0 {
+		took = true
+	}
+	if w.pollRings() {
+		took = true
+	}
+	if w.bellsDue(nanotime()) {
+		w.pollBells()
+	}
+	return took || len(w.dirty) > 0
 }
 
 // attachPoller makes the worker read the link itself, asleep on it in its
@@ -167,9 +180,9 @@ func (w *worker) attachPoller(p *netstack.RxPoller, onErr func(error)) error {
 		if fd, err = p.PollFD(); err != nil {
 			return
 		}
-		// Edge-triggered: the loop reads the link until it is empty
-		// before it sleeps, and a failure is reported once.
-		if err = w.ws.Add(fd, true); err != nil {
+		// Level-triggered: the worker sleeps only after a look found
+		// the link empty, and a frame that came since ends the sleep.
+		if err = w.ws.Add(fd, false); err != nil {
 			return
 		}
 		w.onErr, w.rcv, w.linkFD = onErr, p, fd
@@ -264,6 +277,7 @@ func (w *worker) pass() {
 			w.touch(c.q, c.send, c.recv)
 		}
 		close(c.done)
+		w.ran = true
 	}
 	clear(w.cl)
 	w.handleRx()
@@ -272,6 +286,9 @@ func (w *worker) pass() {
 		send, recv := q.wantSend.Swap(false), q.wantRecv.Swap(false)
 		if !q.gone {
 			w.touch(q, send, recv)
+			if send {
+				w.poll(q)
+			}
 		}
 	}
 	clear(w.rdy)

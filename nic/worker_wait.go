@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport/clock"
@@ -36,19 +37,26 @@ func (w *worker) signal() {
 	}
 }
 
-// idle sleeps on the wait set until a member is ready, work is queued,
-// the next timer is due or the worker is stopped (false). Doorbells found
-// ready are rung (ring) before it returns.
+// idle arms the rings the worker polled and sleeps on the wait set until
+// a member is ready, work is queued, the next timer is due or the worker
+// is stopped (false). Doorbells found ready are rung (ring) before it
+// returns. The sleep is a blocking system call of the worker's thread
+// (link.WaitSet): goroutines the worker readied on its P (the callers of
+// calls it ran) are let run first, or they would wait for sysmon.
 func (w *worker) idle() bool {
 	if w.stopping() {
 		return false
 	}
 	w.sleeping.Store(true)
-	if w.queued() {
+	if w.queued() || !w.armPolled() {
 		w.sleeping.Store(false)
 		return true
 	}
 	timeout, t := w.sleepFor()
+	if w.ran {
+		w.ran = false
+		runtime.Gosched()
+	}
 	_, err := w.ws.Wait(timeout, w.ring)
 	if t != nil {
 		t.Stop()
@@ -120,6 +128,9 @@ func (w *worker) ring(fd int, events uint32) {
 		return
 	}
 	n, closed, err := q.bell.Drain()
+	if n > 0 {
+		w.poll(q) // the client found the ring armed: it is not any more
+	}
 	if closed || err != nil {
 		// Level-triggered: a hung-up or failing doorbell would be
 		// reported forever. The QP stays; only its wake-ups stop.

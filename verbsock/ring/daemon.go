@@ -16,6 +16,7 @@ type consumer struct {
 	esize   int
 	head    uint64 // private: never read back from the mapping
 	freed   uint64 // the consumer index published: slots below it are the producer's again
+	seen    uint64 // the producer index at the last look (moved)
 	corrupt atomic.Bool
 }
 
@@ -71,6 +72,32 @@ func (c *consumer) next(quiet bool) ([]byte, error) {
 	}
 	off := HeaderSize + int(c.head&(c.entries-1))*c.esize
 	return c.m[off : off+c.esize : off+c.esize], nil
+}
+
+// moved reports whether the producer published since the last call (or
+// since the ring was made): a post the consumer has not looked at. It
+// arms nothing.
+func (c *consumer) moved() bool {
+	p := loadProd(c.m)
+	if p == c.seen {
+		return false
+	}
+	c.seen = p
+	return true
+}
+
+// arm asks the producer to ring for its next post, as next does on an
+// empty ring, unless it published since the last moved (false: look
+// again instead of sleeping). Entries already seen may still wait in the
+// ring (an engine that was full takes them when it has room, without a
+// doorbell).
+func (c *consumer) arm() bool {
+	atomic.StoreUint32(u32p(c.m, offArmed), 1)
+	if loadProd(c.m) != c.seen {
+		atomic.StoreUint32(u32p(c.m, offArmed), 0)
+		return false
+	}
+	return true
 }
 
 // consume takes the entry at head. Its slot stays the consumer's until
@@ -163,12 +190,27 @@ func NewSendQueue(cfg SQConfig) (*SendQueue, error) {
 // Peek implements nic.SendSource: it copies the next WR into wr. The WR's
 // SGL and Inline alias the queue's buffers until Consume; its AH, RegMR
 // and Bind are fresh objects the engine may keep.
-func (q *SendQueue) Peek(wr *transport.SendWR) bool {
+func (q *SendQueue) Peek(wr *transport.SendWR) bool { return q.peek(wr, false) }
+
+// PeekQuiet implements nic.PolledSendSource: Peek that leaves an empty
+// ring unarmed, for a worker that polls the ring (Moved) while it is busy
+// and arms it (Arm) only before it sleeps.
+func (q *SendQueue) PeekQuiet(wr *transport.SendWR) bool { return q.peek(wr, true) }
+
+// Moved implements nic.PolledSendSource: the client posted since the last
+// call.
+func (q *SendQueue) Moved() bool { return !q.corrupt.Load() && q.moved() }
+
+// Arm implements nic.PolledSendSource: the client's next post rings the
+// doorbell, unless it posted since the last Moved (false).
+func (q *SendQueue) Arm() bool { return q.corrupt.Load() || q.arm() }
+
+func (q *SendQueue) peek(wr *transport.SendWR, quiet bool) bool {
 	if q.have {
 		*wr = q.wr
 		return true
 	}
-	e, err := q.next(false)
+	e, err := q.next(quiet)
 	if err != nil {
 		if q.cfg.OnCorrupt != nil {
 			q.cfg.OnCorrupt("send queue: " + err.Error())
