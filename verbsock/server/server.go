@@ -119,9 +119,13 @@ type Server struct {
 
 // SweepInterval is how often the server looks for send queues whose owner
 // had a WR refused (engine queue full) and was not woken since; it wakes
-// them. The device's send owner normally retries by itself; this bounds the
-// wait if it does not.
-const SweepInterval = 2 * time.Millisecond
+// them. The device's send owner retries by itself (the worker runs the
+// send side whenever an ACK or completion frees room); this only bounds the
+// wait if it does not, so it is long: every tick is a thread wake-up of an
+// otherwise idle daemon, and with the 2 ms it had, the ticks kept a P
+// busy often enough that the runtime took the sleeping datapath worker's
+// P away and had to give one back at its next wake-up.
+const SweepInterval = 50 * time.Millisecond
 
 // New makes a server.
 func New(cfg Config) (*Server, error) {
