@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -136,8 +137,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 			d.sess.srv.Broadcast(verbsock.EventGIDChange, 1)
 		}
 	})
+	reservePs(cfg.Workers)
 	d.dev, err = nic.NewDevice(nic.Config{Name: cfg.Name, MAC: mac, LinkMTU: d.lnk.MTU(), GIDs: d.gids,
-		Workers: cfg.Workers, Log: d.log.With("device", cfg.Name)})
+		Workers: cfg.Workers, BusyPoll: cfg.BusyPoll, Log: d.log.With("device", cfg.Name)})
 	if err != nil {
 		return nil, err
 	}
@@ -399,6 +401,7 @@ func (d *daemon) summary() []any {
 		"mtu", d.lnk.MTU(),
 		"workers", d.cfg.Workers,
 		"rx_ring_frames", d.ringSlots(),
+		"busy_poll", d.cfg.BusyPoll.String(),
 		"active_mtu", d.dev.ActiveMTU().Bytes(),
 		"socket", d.cfg.Socket,
 	}
@@ -581,6 +584,8 @@ func (d *daemon) reload() {
 	nc.Workers = old.Workers
 	restart("rx_ring_frames", nc.RxRingFrames != old.RxRingFrames, old.RxRingFrames, nc.RxRingFrames)
 	nc.RxRingFrames = old.RxRingFrames
+	restart("busy_poll", nc.BusyPoll != old.BusyPoll, old.BusyPoll.String(), nc.BusyPoll.String())
+	nc.BusyPoll = old.BusyPoll
 	restart("name", nc.Name != old.Name, old.Name, nc.Name)
 	restart("socket", nc.Socket != old.Socket, old.Socket, nc.Socket)
 	restart("log_format", nc.LogFormat != old.LogFormat, old.LogFormat, nc.LogFormat)
@@ -630,4 +635,14 @@ func (d *daemon) counterAttrs() []any {
 	}
 	return []any{slog.Group("netstack", ns...), slog.Group("device", dv...),
 		"qps", len(d.dev.QPs()), "clients", d.sess.count(), "pcap_frames", d.pcap.frames()}
+}
+
+// reservePs keeps at least one P (GOMAXPROCS) beyond the datapath workers:
+// an idle worker sleeps in a blocking system call that keeps its P
+// (link.WaitSet), and the control plane (clients' requests, the CM agent,
+// metrics) must not wait for the runtime's sysmon to take one back.
+func reservePs(workers int) {
+	if runtime.GOMAXPROCS(0) < workers+1 {
+		runtime.GOMAXPROCS(workers + 1)
+	}
 }
