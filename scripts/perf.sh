@@ -8,7 +8,8 @@
 #    the sizes vrnicd sends (sendmmsg of 32 into a TPACKET_V3 ring) and
 #    bounces single frames (sleeping reads) for the half round trip.
 # 2. Two raw-mode daemons: vrnic-perf write_bw, read_bw, send_bw (1 and 4
-#    QPs), write_lat, send_lat; then with --workers 2 (4 QPs).
+#    QPs), write_lat, send_lat; then with --workers 2 (4 QPs), and with
+#    --busy-poll 0 (what the default busy poll is worth).
 # 3. The link again (before and after are both shown; the better is the
 #    reference), then MTU 1500, a TAP-mode pair over bridges, and a run with
 #    1 % of RoCE frames dropped each way (by a bridge between the daemons:
@@ -358,6 +359,15 @@ perf w2.write_bw.q4 write_bw 192.0.2.2 $(bw_args -s 65536 -q 4)
 perf w2.send_bw.q4 send_bw 192.0.2.2 $(bw_args -s 64 -q 4)
 stop_daemons
 
+step "raw-mode daemons with --busy-poll 0 (a worker sleeps as soon as a look finds nothing), MTU 9000"
+DAEMON_ARGS="--busy-poll 0" start_raw
+# shellcheck disable=SC2046
+perf bp0.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+# shellcheck disable=SC2046
+perf bp0.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+perf bp0.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+stop_daemons
+
 link_9000 after
 
 step "MTU 1500: link (1024 B WRITE MIDDLE frames) and raw-mode daemons"
@@ -455,6 +465,10 @@ row "send_lat 8 B (t_typical)" "${R[raw.send_lat]:-}" "us" "$L_SO8" "median half
 echo "-- raw-mode daemons, MTU 9000, --workers 2 (fanout)"
 row "write_bw 64 KiB, 4 QPs" "${R[w2.write_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
 row "send_bw 64 B, 4 QPs" "${R[w2.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
+echo "-- raw-mode daemons, MTU 9000, --busy-poll 0 (sleep at once)"
+row "write_bw 64 KiB, 1 QP" "${R[bp0.write_bw.q1]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
+row "send_bw 64 B, 1 QP" "${R[bp0.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
+row "write_lat 8 B (t_typical)" "${R[bp0.write_lat]:-}" "us" "$L_WO8" "median half RTT, $(lk link.before.wo8)"
 echo "-- raw-mode daemons, MTU 1500 (RoCE MTU 1024)"
 row "write_bw 64 KiB, 1 QP" "${R[raw1500.write_bw.q1]:-}" "Gb/s" "$L15_WM" "payload Gb/s, $(lk link.1500.wm1024)"
 row "send_bw 64 B, 1 QP" "${R[raw1500.send_bw.q1.mpps]:-}" "M msg/s" "$L15_SO" "Mpps, $(lk link.1500.so64)"
