@@ -195,6 +195,7 @@ func (s *session) runBW(ctx context.Context) (*bwRun, error) {
 		l.run.tposted[0] = l.ns()
 	}
 	w := newIdler(ctx, func() string { return fmt.Sprintf("%d of %d WRs completed", l.totC, l.tot) })
+	w.spin.Backoff = true // tx_depth WRs in flight: a short sleep starves nothing
 	wc := make([]verbs.WC, 16)
 	s.progress.start("iterations", l.tot)
 	for l.totS < l.tot || l.totC < l.tot || (p.isDuration && !l.clock.ended()) {
@@ -387,6 +388,7 @@ func (s *session) runBWServer(ctx context.Context, posted []uint64) (*bwRun, err
 	base := epoch()
 	first := true
 	w := newIdler(ctx, func() string { return fmt.Sprintf("%d of %d messages received", tr, tot) })
+	w.spin.Backoff = true // rx_depth receives posted: a short sleep starves nothing
 	wc := make([]verbs.WC, 16)
 	s.progress.start("messages", tot)
 	for tr < tot || (p.isDuration && !clock.ended()) {
