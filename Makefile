@@ -79,11 +79,12 @@ bench:
 # Builds the guest image first (cached outside the repo, in
 # /var/cache/vrnicd-interop; seconds when nothing changed).
 # The harness's own tests run first so that the suite's summary, figures
-# and failure digests end the log (CI shows its tail).
+# and failure digests end the log (CI shows its tail); scripts/failtail
+# repeats what any failed test logged after them.
 interop:
 	./interop/vm/build
-	$(GO) test -count=1 -v -timeout 5m ./interop/rxepeer/
-	$(GO) test -count=1 -v -timeout 20m ./interop/
+	scripts/failtail $(GO) test -count=1 -v -timeout 5m ./interop/rxepeer/
+	scripts/failtail $(GO) test -count=1 -v -timeout 20m ./interop/
 
 # systemd-check: systemd-analyze verify on every unit in systemd/, failing on
 # any output (it exits 0 on warnings); skipped when systemd-analyze is absent.
