@@ -1,7 +1,6 @@
 package nic
 
 import (
-	"runtime"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport/clock"
@@ -41,8 +40,8 @@ func (w *worker) signal() {
 // a member is ready, work is queued, the next timer is due or the worker
 // is stopped (false). Doorbells found ready are rung (ring) before it
 // returns. The sleep is a blocking system call of the worker's thread
-// (link.WaitSet): goroutines the worker readied on its P (the callers of
-// calls it ran) are let run first, or they would wait for sysmon.
+// (link.WaitSet) that keeps the P: the callers of the calls it ran had
+// their turn already (yieldToCallers), or they would wait for sysmon.
 func (w *worker) idle() bool {
 	if w.stopping() {
 		return false
@@ -53,10 +52,6 @@ func (w *worker) idle() bool {
 		return true
 	}
 	timeout, t := w.sleepFor()
-	if w.ran {
-		w.ran = false
-		runtime.Gosched()
-	}
 	_, err := w.ws.Wait(timeout, w.ring)
 	if t != nil {
 		t.Stop()

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/vrnic/vrnicd/nic/link"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -18,6 +17,8 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/verbsock"
 )
@@ -486,14 +487,8 @@ func (raw *rawConfig) validateOutputs(c *Config) error {
 // (README "Performance").
 const defaultWorkers = 1
 
-// defaultBusyPoll: a datapath worker polls for 100 us after its last
-// work, yielding the CPU between looks, before it sleeps. On the 2-core
-// machine of README "Performance" this took write_lat from 58 to 31 us and
-// send_bw from 0.15 to 0.32 M msg/s against sleeping at once (each wake-up
-// there costs a system call on each side and a context switch); 30 us
-// kept half of that, 200 us and 1 ms gave no more. An idle daemon does
-// not poll: only the 100 us after work.
-const defaultBusyPoll = 100 * time.Microsecond
+// defaultBusyPoll: see nic.DefaultBusyPoll.
+const defaultBusyPoll = nic.DefaultBusyPoll
 
 // maxBusyPoll bounds --busy-poll: past it a worker is simply busy.
 const maxBusyPoll = 10 * time.Millisecond

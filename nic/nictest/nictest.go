@@ -36,7 +36,9 @@ func (h *Host) GIDIndex() uint8 {
 func (h *Host) GID() [16]byte { return gid.FromAddr(h.Addr) }
 
 // Pair makes two hosts, 192.0.2.1 and 192.0.2.2, on a pipe of the given MTU,
-// and stops everything when the test ends.
+// and stops everything when the test ends. Their workers busy-poll as
+// vrnicd's do by default (nic.DefaultBusyPoll), so tests and benchmarks run
+// the daemon's datapath as configured.
 func Pair(t testing.TB, mtu int) (*Host, *Host) {
 	t.Helper()
 	ea, eb := link.Pipe(mtu)
@@ -46,7 +48,7 @@ func Pair(t testing.TB, mtu int) (*Host, *Host) {
 	for i, l := range []*link.PipeEnd{ea, eb} {
 		addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 		gids := gid.New(l.HardwareAddr(), 0)
-		dev, err := nic.NewDevice(nic.Config{Name: "vrnic" + string(rune('0'+i)), MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids})
+		dev, err := nic.NewDevice(nic.Config{Name: "vrnic" + string(rune('0'+i)), MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids, BusyPoll: nic.DefaultBusyPoll})
 		if err != nil {
 			t.Fatal(err)
 		}
