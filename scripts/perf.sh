@@ -340,6 +340,8 @@ link_9000 before
 step "link alone, MTU 9000: other receive paths (for the new datapath; not in the ratios)"
 lb_bw link.recvmmsg.wm4096 write_middle 4096 --rx-mode recvmmsg
 lb_bw link.v2.wm4096 write_middle 4096 --ring-version 2
+lb_bw link.v2spin.wm4096 write_middle 4096 --ring-version 2 --spin
+lb_bw link.v2spin.so64 send_only 64 --ring-version 2 --spin
 lb_bw link.fanout2.wm4096 write_middle 4096 --workers 2 -q 4
 lb_bw link.bypass.wm4096 write_middle 4096 --qdisc-bypass
 lb_bw link.bypass.so64 send_only 64 --qdisc-bypass
@@ -448,6 +450,8 @@ printf '%-34s %12s %-8s %12s\n' "8 B WRITE ONLY half round trip" "${R[link.befor
 printf '%-34s %12s %-8s %12s\n' "8 B SEND ONLY half round trip" "${R[link.before.so8.us]:--}" "us" "${R[link.after.so8.us]:--}"
 printf '%-34s %12s %-8s\n' "4096 B WM payload, recvmmsg rx" "${R[link.recvmmsg.wm4096.gbps]:--}" "Gb/s"
 printf '%-34s %12s %-8s\n' "4096 B WM payload, TPACKET_V2 rx" "${R[link.v2.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "4096 B WM payload, V2 rx polled" "${R[link.v2spin.wm4096.gbps]:--}" "Gb/s"
+printf '%-34s %12s %-8s\n' "64 B SEND ONLY, V2 rx polled" "${R[link.v2spin.so64.mpps]:--}" "Mpps"
 printf '%-34s %12s %-8s\n' "4096 B WM payload, 2 fanout rx" "${R[link.fanout2.wm4096.gbps]:--}" "Gb/s"
 printf '%-34s %12s %-8s\n' "4096 B WM payload, qdisc bypass tx" "${R[link.bypass.wm4096.gbps]:--}" "Gb/s"
 printf '%-34s %12s %-8s\n' "64 B SEND ONLY, qdisc bypass tx" "${R[link.bypass.so64.mpps]:--}" "Mpps"
@@ -462,6 +466,11 @@ row "send_bw 64 B, 1 QP" "${R[raw.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "Mpps, 
 row "send_bw 64 B, 4 QPs" "${R[raw.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
 row "write_lat 8 B (t_typical)" "${R[raw.write_lat]:-}" "us" "$L_WO8" "median half RTT, $(lk link.before.wo8)"
 row "send_lat 8 B (t_typical)" "${R[raw.send_lat]:-}" "us" "$L_SO8" "median half RTT, $(lk link.before.so8)"
+# vrnicd receives through a TPACKET_V2 ring that its busy worker polls (V3
+# holds frames back until a block retires, and RC's ACKs and responses
+# cannot wait): the link into such a ring, polled, beside the daemons.
+row "write_bw 1 QP, link V2 rx polled" "${R[raw.write_bw.q1]:-}" "Gb/s" "${R[link.v2spin.wm4096.gbps]:-}" "payload Gb/s, the link into a polled TPACKET_V2 ring"
+row "send_bw 1 QP, link V2 rx polled" "${R[raw.send_bw.q1.mpps]:-}" "M msg/s" "${R[link.v2spin.so64.mpps]:-}" "Mpps, the link into a polled TPACKET_V2 ring"
 echo "-- raw-mode daemons, MTU 9000, --workers 2 (fanout)"
 row "write_bw 64 KiB, 4 QPs" "${R[w2.write_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
 row "send_bw 64 B, 4 QPs" "${R[w2.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic/link"
+	"golang.org/x/sys/unix"
 )
 
 // bwOpts configures a throughput run.
@@ -23,6 +24,7 @@ type bwOpts struct {
 	qps      int  // distinct destination QPs in a batch
 	bypass   bool // PACKET_QDISC_BYPASS on the sender
 	rxRing   bool // receive with the TPACKET_V3 ring (else recvmmsg)
+	spin     bool // the receiver polls, yielding the CPU, instead of sleeping (as vrnicd's busy worker)
 	ring     link.RingConfig
 	workers  int // receiving links in a fanout group steering by DestQP
 	progress io.Writer
@@ -100,7 +102,7 @@ func runBW(o bwOpts) ([]bwSample, error) {
 	errc := make(chan error, 1+len(rxs))
 	for _, l := range rxs {
 		wg.Add(1)
-		go func() { defer wg.Done(); errc <- receive(l, o.rxRing, &rs, &stop) }()
+		go func() { defer wg.Done(); errc <- receive(l, o, &rs, &stop) }()
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); errc <- transmit(tx, frames, &sent, &stop) }()
@@ -160,8 +162,11 @@ func transmit(tx *link.Raw, frames [][]byte, sent *atomic.Uint64, stop *atomic.B
 }
 
 // receive counts frames until stop: from the ring in place, or with
-// recvmmsg into buffers (the path today's daemon reads with).
-func receive(rx *link.Raw, ring bool, rs *rxSide, stop *atomic.Bool) error {
+// recvmmsg into buffers. Finding nothing, it sleeps until the link is
+// readable, or with o.spin yields the CPU and looks again, as a busy
+// vrnicd worker does: a sleeping reader of a TPACKET_V2 ring is woken for
+// every frame, and on a veth that wake-up is the sender's cost.
+func receive(rx *link.Raw, o bwOpts, rs *rxSide, stop *atomic.Bool) error {
 	bufs, sizes := make([][]byte, rx.BatchSize()), make([]int, rx.BatchSize())
 	for i := range bufs {
 		bufs[i] = make([]byte, rx.MTU()+ethLen)
@@ -170,7 +175,7 @@ func receive(rx *link.Raw, ring bool, rs *rxSide, stop *atomic.Bool) error {
 		var frames, bytes uint64
 		var n int
 		var err error
-		if ring {
+		if o.rxRing {
 			n, err = rx.ReadRing(1<<16, func(f []byte) { frames++; bytes += uint64(len(f)) })
 		} else {
 			n, err = rx.TryRead(bufs, sizes, 0)
@@ -183,7 +188,7 @@ func receive(rx *link.Raw, ring bool, rs *rxSide, stop *atomic.Bool) error {
 			return fmt.Errorf("receive: %w", err)
 		}
 		if n == 0 {
-			if _, err := rx.WaitReadable(100 * time.Millisecond); err != nil {
+			if err := idle(rx, o.spin); err != nil {
 				return fmt.Errorf("receive: %w", err)
 			}
 			continue
@@ -192,6 +197,17 @@ func receive(rx *link.Raw, ring bool, rs *rxSide, stop *atomic.Bool) error {
 		rs.bytes.Add(bytes)
 	}
 	return nil
+}
+
+// idle is receive's wait for more: a sleep until the link is readable (at
+// most 100 ms, so that stop is seen), or with spin a sched_yield.
+func idle(rx *link.Raw, spin bool) error {
+	if spin {
+		_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		return nil
+	}
+	_, err := rx.WaitReadable(100 * time.Millisecond)
+	return err
 }
 
 // best is the sample with the highest receive rate.

@@ -9,7 +9,8 @@
 //
 // bw streams frames from --tx with sendmmsg batches (-b, default 32) and
 // counts them at --rx with a PACKET_MMAP TPACKET_V3 ring (or recvmmsg,
-// --rx recvmmsg); it reports the received rate in Mpps and Gb/s (Ethernet
+// --rx recvmmsg), sleeping until readable when it finds none (or polling,
+// --spin); it reports the received rate in Mpps and Gb/s (Ethernet
 // frame bytes without FCS) for each of -n samples of -D seconds and the
 // best one. lat bounces one frame at a time between --a and --b and
 // reports half the round trip; reads sleep until readable (or poll,
@@ -109,6 +110,7 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 	blocks := fs.Int("blocks", 64, "ring blocks")
 	version := fs.Int("ring-version", 3, "ring: 3 (TPACKET_V3) or 2 (TPACKET_V2)")
 	workers := fs.Int("workers", 1, "receiving sockets in a PACKET_FANOUT group steering by DestQP (use -q to spread QPs)")
+	spin := fs.Bool("spin", false, "the receiver polls, yielding the CPU, instead of sleeping (as a busy vrnicd worker)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,7 +119,7 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 		return err
 	}
 	o := bwOpts{shape: s, payload: *payload, v6: *v6, dur: time.Duration(dur), warm: 300 * time.Millisecond,
-		samples: *samples, batch: *batch, qps: *qps, bypass: *bypass, rxRing: *rxMode == "ring",
+		samples: *samples, batch: *batch, qps: *qps, bypass: *bypass, rxRing: *rxMode == "ring", spin: *spin,
 		ring: link.RingConfig{Version: *version, BlockSize: *blk, BlockCount: *blocks}, workers: *workers, progress: stdout}
 	switch {
 	case *rxMode != "ring" && *rxMode != "recvmmsg":
@@ -145,6 +147,9 @@ func cmdBW(fs *flag.FlagSet, args []string, op *string, payload *int, v6 *bool, 
 	}
 	if o.workers > 1 {
 		how += fmt.Sprintf(" on %d fanout sockets", o.workers)
+	}
+	if o.spin {
+		how += ", polled"
 	}
 	fmt.Fprintf(stdout, "link bw %s -> %s: %s, sendmmsg of %d, receive by %s, %d × %v\n",
 		o.tx, o.rx, describe(s, o.payload, o.v6), o.batch, how, o.samples, o.dur)

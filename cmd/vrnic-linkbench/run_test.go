@@ -25,10 +25,12 @@ func TestRunOverVeth(t *testing.T) {
 		ring    bool
 		version int
 		workers int
-	}{{"ring v3", true, 3, 1}, {"ring v2", true, 2, 1}, {"recvmmsg", false, 0, 1}, {"fanout", true, 3, 2}} {
+		spin    bool
+	}{{"ring v3", true, 3, 1, false}, {"ring v2", true, 2, 1, false}, {"ring v2 polled", true, 2, 1, true},
+		{"recvmmsg", false, 0, 1, false}, {"fanout", true, 3, 2, false}} {
 		res, err := runBW(bwOpts{tx: a, rx: b, shape: shapes["write_middle"], payload: 4096,
 			dur: 200 * time.Millisecond, warm: 50 * time.Millisecond, samples: 2, batch: 32, qps: 4,
-			rxRing: c.ring, ring: link.RingConfig{Version: c.version}, workers: c.workers, progress: io.Discard})
+			rxRing: c.ring, ring: link.RingConfig{Version: c.version}, workers: c.workers, spin: c.spin, progress: io.Discard})
 		if err != nil {
 			t.Fatalf("bw %s: %v", c.name, err)
 		}
