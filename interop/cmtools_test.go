@@ -169,6 +169,11 @@ func TestInteropUcmatose(t *testing.T) {
 	}
 }
 
+// examplesPort is the port of librdmacm's examples (rdma_server,
+// rdma_client, cmtime) and of their vrnic- counterparts unless -p says
+// otherwise.
+const examplesPort = 7471
+
 // TestInteropRdmaServerClient: kernel `rdma_server` with
 // `vrnic-rdma-client`, `vrnic-rdma-server` with kernel `rdma_client`: one
 // 16-byte message each way, both "end 0".
@@ -197,7 +202,7 @@ func TestInteropRdmaServerClient(t *testing.T) {
 		defer cancel()
 		p := startTool(t, n, d.tools.rdmaServer, "--socket", d.socket, "-s", ours)
 		defer p.kill()
-		time.Sleep(time.Second) // vrnic-rdma-server listens
+		waitOurListen(ctx, t, d, examplesPort, p)
 		// The kernel's rdma_connect fails "rdma_connect: ..." on a REJ.
 		ko, ke, kexit, kerr := retryWhile(ctx, "rdma_connect", func() (string, string, int, error) {
 			return vm.Exec(ctx, "rdma_client -s "+ours)
@@ -267,7 +272,7 @@ func TestInteropCmtime(t *testing.T) {
 		before := cmCount(t, d)
 		p := startTool(t, n, d.tools.cmtime, "--socket", d.socket, "-b", ours)
 		defer p.kill()
-		time.Sleep(time.Second) // vrnic-cmtime listens
+		waitOurListen(ctx, t, d, examplesPort, p)
 		for round := range rounds {
 			ko, ke, kexit, kerr := retryWhile(ctx, "REJECTED, error: 8", func() (string, string, int, error) {
 				return vm.Exec(ctx, fmt.Sprintf("cmtime -s %s -c %d", ours, conns))

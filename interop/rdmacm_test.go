@@ -130,6 +130,9 @@ func checkRping(t *testing.T, out, prefix string, count, size int) {
 	}
 }
 
+// rpingPort is rping's port unless -p says otherwise (rping.c: 7174).
+const rpingPort = 7174
+
 // TestInteropRpingLossyCM: the CM exchange with the kernel when MADs are
 // lost between the guest and the bridge, each lost once: REQ, REP, RTU,
 // DREQ and DREP with vrnicd the client; REQ, REP, RTU and DREP with the
@@ -159,7 +162,7 @@ func TestInteropRpingLossyCM(t *testing.T) {
 		defer job.Kill()
 		// Until the kernel listens (REJ 8), nothing is lost.
 		so, se, exit, err := retryRejected(ctx, func() (string, string, int, error) {
-			p := startTool(t, n, d.tools.rping, "--socket", d.socket, "-c", "-a", guest, "-p", "7174", "-C", "1", "-S", "64")
+			p := startTool(t, n, d.tools.rping, "--socket", d.socket, "-c", "-a", guest, "-p", strconv.Itoa(rpingPort), "-C", "1", "-S", "64")
 			return p.wait(ctx)
 		})
 		if err != nil || exit != 0 {
@@ -170,7 +173,8 @@ func TestInteropRpingLossyCM(t *testing.T) {
 		}
 		job = vm.StartTimeout(fmt.Sprintf("rping -s -a %s -v -S 64", guest), 140*time.Second)
 		defer job.Kill()
-		time.Sleep(time.Second) // the guest's rping listens (the first REQ must not meet a REJ 8)
+		// The first REQ must not meet a REJ 8: nothing retries it here.
+		waitKernelListen(ctx, t, vm, rpingPort, job)
 		from, to := lossy([]string{"REP", "DREP"}, []string{"REQ", "RTU", "DREQ"})
 		defer vm.Impair.Clear()
 		start := time.Now()
@@ -190,7 +194,7 @@ func TestInteropRpingLossyCM(t *testing.T) {
 		defer cancel()
 		p := startTool(t, n, d.tools.rping, "--socket", d.socket, "-s", "-a", ours, "-v", "-S", "64")
 		defer p.kill()
-		time.Sleep(time.Second) // vrnic-rping listens
+		waitOurListen(ctx, t, d, rpingPort, p)
 		from, to := lossy([]string{"REQ", "RTU"}, []string{"REP", "DREP"})
 		defer vm.Impair.Clear()
 		start := time.Now()
