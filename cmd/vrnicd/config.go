@@ -353,7 +353,7 @@ func goTypeWord(t string) string {
 // the socket, logging and outputs, the client limits.
 func (raw *rawConfig) validate() (*Config, error) {
 	c := &Config{Name: defaultName, Socket: defaultSocket, SocketGID: -1, LogLevel: slog.LevelInfo, LogFormat: "text",
-		Workers: defaultWorkers, RxRingFrames: defaultRxRingFrames, BusyPoll: defaultBusyPoll}
+		Workers: defaultWorkers, RxRingFrames: defaultRxRingFrames, BusyPoll: nic.DefaultBusyPoll}
 	for _, step := range []func(*Config) error{raw.validateLink, raw.validateSocket, raw.validateOutputs, raw.validateClientLimits} {
 		if err := step(c); err != nil {
 			return nil, err
@@ -486,9 +486,6 @@ func (raw *rawConfig) validateOutputs(c *Config) error {
 // daemons share with busy-polling clients, more cost more than they give
 // (README "Performance").
 const defaultWorkers = 1
-
-// defaultBusyPoll: see nic.DefaultBusyPoll.
-const defaultBusyPoll = nic.DefaultBusyPoll
 
 // maxBusyPoll bounds --busy-poll: past it a worker is simply busy.
 const maxBusyPoll = 10 * time.Millisecond
