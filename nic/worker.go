@@ -53,6 +53,7 @@ type worker struct {
 	ran        bool  // the last pass ran calls: their callers are ready on this P
 	bellsAt    int64 // nanotime of the last doorbell poll
 	stillSince int64 // nanotime of the first look that found nothing, 0: the last one found work
+	schedAt    int64 // nanotime of spin's last Gosched
 	cl         []call
 	dirty      []*QP
 	timers     clock.Heap[*QP] // the owned QPs whose send side asked to run at a time
@@ -79,6 +80,7 @@ func newWorker(d *Device) (*worker, error) {
 	w.env = d.env
 	w.env.Out = &w.out
 	w.out.d = d
+	liveWorkers.Add(1)
 	go w.loop()
 	return w, nil
 }
@@ -136,6 +138,7 @@ func (w *worker) close() {
 // the rings it polled and sleeps on its wait set (idle).
 func (w *worker) loop() {
 	defer close(w.done)
+	defer liveWorkers.Add(-1)
 	defer w.closeWaitSet()
 	for {
 		if w.look() {

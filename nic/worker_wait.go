@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport/clock"
@@ -41,10 +42,14 @@ func (w *worker) signal() {
 // is stopped (false). Doorbells found ready are rung (ring) before it
 // returns. The sleep is a blocking system call of the worker's thread
 // (link.WaitSet) that keeps the P: the callers of the calls it ran had
-// their turn already (yieldToCallers), or they would wait for sysmon.
+// their turn already (yieldToCallers), and with no P spare anything else
+// queued on the P has it first (noSpareP), or they would wait for sysmon.
 func (w *worker) idle() bool {
 	if w.stopping() {
 		return false
+	}
+	if noSpareP() {
+		runtime.Gosched() // what waits for this P runs before the sleep keeps it
 	}
 	w.sleeping.Store(true)
 	if w.queued() || !w.armPolled() {

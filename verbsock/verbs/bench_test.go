@@ -1,6 +1,7 @@
 package verbs_test
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -140,10 +141,17 @@ func deviceOnly(b *testing.B, e *env, n, depth, msg int) time.Duration {
 			}
 		}
 		for got := 0; got < k; {
-			got += scq.Poll(wcs[:k-got])
+			m := scq.Poll(wcs[:k-got])
+			if m == 0 {
+				runtime.Gosched()
+			}
+			got += m
 		}
 		for got := 0; got < k; {
 			m := rcq.Poll(wcs[:k-got])
+			if m == 0 {
+				runtime.Gosched()
+			}
 			for _, wc := range wcs[:m] {
 				if err := qb.PostRecv(&transport.RecvWR{ID: wc.WRID, SGL: sge}); err != nil {
 					b.Fatal(err)
