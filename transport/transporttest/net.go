@@ -22,7 +22,8 @@ type Faults struct {
 	// ReorderDepth bounds how far a reordered frame moves (default 8).
 	ReorderDepth int
 	// Drop, if set, is asked about every frame first; true drops it. Tests
-	// use it to drop one chosen packet.
+	// use it to drop one chosen packet. The frame is valid only during the
+	// call (bufs.go).
 	Drop func(f *Frame) bool
 }
 
@@ -46,13 +47,17 @@ type Net struct {
 	Faults  Faults
 	Latency time.Duration // the clock advances this much per delivered frame
 	Stats   Stats
-	// Tap, if set, sees every frame as it is delivered (after faults).
+	// Tap, if set, sees every frame as it is delivered (after faults); the
+	// frame is recycled after the call (bufs.go).
 	Tap func(f *Frame)
 
 	rng    *rand.Rand
 	nodes  []*Node
 	byAddr map[[16]byte]*Node
 	queue  []*Frame
+
+	freeBufs   [][]byte // bufs.go
+	freeFrames []*Frame
 }
 
 // NewNet makes an empty segment whose faults draw from seed.
@@ -148,7 +153,7 @@ type output Node
 const headroom = wire.IPv4HeaderLen + wire.UDPHeaderLen
 
 func (o *output) Headroom() int      { return headroom }
-func (o *output) Alloc(n int) []byte { return make([]byte, headroom+n) }
+func (o *output) Alloc(n int) []byte { return o.Net.alloc(headroom + n) }
 
 func (o *output) Send(pkts []transport.TxPacket) {
 	nd := (*Node)(o)
@@ -160,7 +165,9 @@ func (o *output) Send(pkts []transport.TxPacket) {
 		if err := wire.PutICRC(ip); err != nil {
 			panic(err) // the engine built a packet too short for a BTH: a bug
 		}
-		nd.Net.put(&Frame{IP: ip, From: nd, To: to})
+		f := nd.Net.newFrame()
+		f.IP, f.From, f.To = ip, nd, to
+		nd.Net.put(f)
 	}
 }
 
@@ -178,17 +185,20 @@ func (n *Net) put(f *Frame) {
 	n.Stats.Sent++
 	if f.To == nil {
 		n.Stats.NoQP++
+		n.release(f)
 		return
 	}
 	if n.Faults.Drop != nil {
 		_ = f.Pkt.Parse(f.IP[headroom:])
 		if n.Faults.Drop(f) {
 			n.Stats.Lost++
+			n.release(f)
 			return
 		}
 	}
 	if n.chance(n.Faults.Loss) {
 		n.Stats.Lost++
+		n.release(f)
 		return
 	}
 	if n.chance(n.Faults.Corrupt) {
@@ -199,9 +209,10 @@ func (n *Net) put(f *Frame) {
 	n.enqueue(f)
 	if n.chance(n.Faults.Duplicate) {
 		n.Stats.Duplicated++
-		d := *f
-		d.IP = append([]byte(nil), f.IP...)
-		n.enqueue(&d)
+		d := n.newFrame()
+		*d = *f
+		d.IP = append(n.alloc(len(f.IP))[:0], f.IP...)
+		n.enqueue(d)
 	}
 }
 
@@ -235,6 +246,7 @@ func (n *Net) Step() bool {
 		n.Clock.Advance(n.Latency)
 	}
 	n.deliver(f)
+	n.release(f)
 	return true
 }
 
