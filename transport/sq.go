@@ -141,6 +141,7 @@ func (ss *sendSide) grow(n uint64) {
 		}
 	}
 	sge := make([]SGE, need*k)
+	refs := make([]mem.Ref, need*k)
 	var inl []byte
 	if in > 0 {
 		inl = make([]byte, need*in)
@@ -152,6 +153,7 @@ func (ss *sendSide) grow(n uint64) {
 			continue
 		}
 		w.sglBuf = sge[j*k : (j+1)*k : (j+1)*k]
+		w.refs = refs[j*k : j*k : (j+1)*k] // resolve's, so it never allocates
 		if in > 0 {
 			w.inline = inl[j*in : (j+1)*in : (j+1)*in]
 		}
@@ -224,8 +226,8 @@ func (q *QP) PostSend(wr *SendWR) error {
 		ss.grow(2 * uint64(len(ss.ring)))
 	}
 	w := ss.slot(ss.tail)
-	sglBuf, inline := w.sglBuf, w.inline
-	*w = swqe{wr: *wr, sglBuf: sglBuf, inline: inline}
+	sglBuf, inline, refs := w.sglBuf, w.inline, w.refs[:0]
+	*w = swqe{wr: *wr, sglBuf: sglBuf, inline: inline, refs: refs}
 	if len(wr.SGL) > cap(sglBuf) {
 		w.wr.SGL = sglBuf[:0] // only a faulted WR gets here; it never touches memory
 	} else {
