@@ -40,6 +40,15 @@ func (o *output) free(b []byte) {
 }
 
 func (o *output) Send(pkts []transport.TxPacket) {
+	o.send(pkts)
+	for i := range pkts {
+		o.free(pkts[i].Buf)
+	}
+}
+
+// send hands pkts to the port (or loops them back) and leaves their
+// buffers to the caller: neither keeps them.
+func (o *output) send(pkts []transport.TxPacket) {
 	d := o.d
 	sc, _ := o.scratch.Get().(*txScratch)
 	if sc == nil {
@@ -72,9 +81,6 @@ func (o *output) Send(pkts []transport.TxPacket) {
 				d.log.Debug("port refused packets", "err", err)
 			}
 		}
-	}
-	for i := range pkts {
-		o.free(pkts[i].Buf)
 	}
 	o.scratch.Put(sc)
 }

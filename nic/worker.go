@@ -391,13 +391,29 @@ func (w *worker) drainCallsAtStop() {
 type batchOutput struct {
 	d       *Device
 	pending []transport.TxPacket
+	free    [][]byte // buffers of bufSize the last flushes sent, for Alloc
 }
 
 // maxPending flushes a pass's frames early, bounding what it holds.
 const maxPending = 256
 
-func (o *batchOutput) Headroom() int      { return o.d.out.Headroom() }
-func (o *batchOutput) Alloc(n int) []byte { return o.d.out.Alloc(n) }
+func (o *batchOutput) Headroom() int { return o.d.out.Headroom() }
+
+// maxFree bounds the buffers a worker keeps for itself (batchOutput.free);
+// past it they go back to the device's pool.
+const maxFree = 2 * maxPending
+
+// Alloc takes a buffer the worker sent before, if one fits: the device's
+// sync.Pool cost an allocation per Put (its *[]byte).
+func (o *batchOutput) Alloc(n int) []byte {
+	if k := len(o.free); k > 0 && n+netstack.Headroom <= bufSize {
+		b := o.free[k-1]
+		o.free[k-1] = nil
+		o.free = o.free[:k-1]
+		return b[:netstack.Headroom+n]
+	}
+	return o.d.out.Alloc(n)
+}
 
 func (o *batchOutput) Send(pkts []transport.TxPacket) {
 	o.pending = append(o.pending, pkts...)
@@ -410,7 +426,15 @@ func (o *batchOutput) flush() {
 	if len(o.pending) == 0 {
 		return
 	}
-	o.d.out.Send(o.pending)
+	o.d.out.send(o.pending)
+	for i := range o.pending {
+		b := o.pending[i].Buf
+		if cap(b) == bufSize && len(o.free) < maxFree {
+			o.free = append(o.free, b[:0])
+		} else {
+			o.d.out.free(b)
+		}
+	}
 	clear(o.pending)
 	o.pending = o.pending[:0]
 }
