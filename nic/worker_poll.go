@@ -118,9 +118,11 @@ func (w *worker) spin() bool {
 		w.stillSince = 0
 		return false
 	}
-	if now-w.schedAt >= int64(goschedInterval) && noSpareP() {
-		w.schedAt = now
-		runtime.Gosched()
+	if now-w.schedAt >= int64(goschedInterval) {
+		w.schedAt = now // GOMAXPROCS takes the scheduler's lock: not every look
+		if noSpareP() {
+			runtime.Gosched()
+		}
 	}
 	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	return true
