@@ -42,11 +42,12 @@ type worker struct {
 	calls []call    // +checklocks:mu
 
 	// Owned by the worker goroutine.
-	rcv        *netstack.RxPoller // the link it reads, nil: none
-	linkFD     int                // rcv's descriptor in ws, -1: none
-	onErr      func(error)        // the link failed
-	bells      map[int]*QP        // doorbell descriptor -> its QP
-	stopped    bool               // the loop has ended (read after done)
+	rcv        *netstack.RxPoller        // the link it reads, nil: none
+	deliverFn  func([]netstack.RxPacket) // w.deliver, bound once: a method value per Poll allocated
+	linkFD     int                       // rcv's descriptor in ws, -1: none
+	onErr      func(error)               // the link failed
+	bells      map[int]*QP               // doorbell descriptor -> its QP
+	stopped    bool                      // the loop has ended (read after done)
 	rx         []*rxItem
 	rdy        []*QP
 	polled     []*QP // QPs whose send ring the worker polls (worker_poll.go)
@@ -77,6 +78,7 @@ func newWorker(d *Device) (*worker, error) {
 	}
 	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, stop: make(chan struct{}), done: make(chan struct{}),
 		timers: clock.NewHeap(func(q *QP) *clock.Slot { return &q.wake })}
+	w.deliverFn = w.deliver
 	w.env = d.env
 	w.env.Out = &w.out
 	w.out.d = d
@@ -215,7 +217,7 @@ func (w *worker) pollLink() int {
 	if r == nil {
 		return 0
 	}
-	n, err := r.Poll(w.deliver)
+	n, err := r.Poll(w.deliverFn)
 	if err != nil {
 		w.linkFailed(err)
 	}
