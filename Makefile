@@ -18,7 +18,7 @@ build:
 	$(GO) build $(PKGS)
 
 # binaries: the daemon and the tools, in ./bin.
-binaries:
+binaries: cabi
 	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping \
 		./cmd/vrnic-ucmatose ./cmd/vrnic-udaddy ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime \
 		$(wildcard ./cmd/vrnic-perf)
@@ -134,3 +134,5 @@ install: binaries
 # parse (bash -n) and the units run the installed binary.
 install-check:
 	./scripts/install-check
+
+include cabi/cabi.mk

@@ -1,0 +1,34 @@
+# cabi.mk: the drop-in C libraries (included by the Makefile). They build
+# with the system compiler against Debian's rdma-core headers, so every
+# struct programs see is laid out by <infiniband/verbs.h> itself; the layouts
+# shared with the daemon come from cabi/include/vrnic_abi.h (generated).
+CC           ?= cc
+CABI_OUT     := out/cabi
+CABI_LIBDIR  := lib/vrnicd
+# The installed rdma-core whose ABI (version nodes, private node) we mirror.
+IBVERBS_SYS  ?= $(firstword $(wildcard /usr/lib/$(shell $(CC) -dumpmachine)/libibverbs.so.1 /usr/lib64/libibverbs.so.1 /usr/lib/libibverbs.so.1))
+CABI_WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+CABI_CFLAGS  ?= -O2 -g
+CABI_CPPFLAGS := -std=c11 -D_GNU_SOURCE -Icabi/include -Icabi/ibverbs
+IBV_SRCS     := $(sort $(wildcard cabi/ibverbs/*.c))
+IBV_OBJS     := $(IBV_SRCS:cabi/%.c=$(CABI_OUT)/%.o)
+IBV_HDRS     := $(wildcard cabi/ibverbs/*.h) cabi/include/vrnic_abi.h
+
+.PHONY: cabi cabi-test
+
+cabi: $(CABI_LIBDIR)/libibverbs.so.1
+
+$(CABI_OUT)/ibverbs/%.o: cabi/ibverbs/%.c $(IBV_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CABI_CPPFLAGS) $(CABI_CFLAGS) $(CABI_WARN) -fPIC -pthread -c -o $@ $<
+
+$(CABI_OUT)/libibverbs.map: cabi/mkmap.sh $(IBVERBS_SYS)
+	@mkdir -p $(dir $@)
+	cabi/mkmap.sh $(IBVERBS_SYS) >$@.tmp && mv $@.tmp $@
+
+# --no-undefined-version: every symbol of the installed library must be
+# defined here, or the link fails (a program linked BIND_NOW would fail at load).
+$(CABI_LIBDIR)/libibverbs.so.1: $(IBV_OBJS) $(CABI_OUT)/libibverbs.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread -Wl,-soname,libibverbs.so.1 -Wl,--version-script=$(CABI_OUT)/libibverbs.map \
+		-Wl,--no-undefined-version -Wl,--no-undefined -Wl,-z,now -o $@ $(IBV_OBJS)
