@@ -16,6 +16,7 @@
 // # Objects and states
 //
 //	user MR (RegMR)       VALID from registration until DeregMR; ReregMR changes it in place
+//	                      (RegMRSegments makes one over the pages of several backings)
 //	fast-reg MR (AllocMR) FREE -REG_MR(FastReg)-> VALID -LOCAL_INV/SEND_WITH_INV-> FREE
 //	MW type 1 (AllocMW)   VALID, unbound; BindMW binds, rebinds, or (length 0) unbinds it
 //	MW type 2B (AllocMW)  FREE -BIND_MW WR-> VALID, bound to one QP -LOCAL_INV/SEND_WITH_INV/DetachQP-> FREE

@@ -191,8 +191,8 @@ func (t *Table) ReregMR(pd PD, key uint32, flags ReregFlags, nw Rereg) error {
 	var chk Backing
 	if flags&ReregTranslation != 0 {
 		chk = nw.Backing
-	} else if flags&ReregAccess != 0 && next.access&FlushPersistent != 0 {
-		chk = s.reg.backings[0]
+	} else if flags&ReregAccess != 0 && next.access&FlushPersistent != 0 && !s.reg.persistent() {
+		return mkerr(OpVerb, KindInvalidArg) // rxe: "Page can't be persistent"
 	}
 	if k := checkTranslation(chk, next.length, next.iova, next.access); k != KindNone {
 		return mkerr(OpVerb, k)

@@ -8,7 +8,8 @@ import (
 )
 
 // region is the bytes behind an MR: one contiguous segment for a user MR,
-// or one segment per page for a fast-reg MR. It is shared by the snapshots
+// or one segment per page for a fast-reg MR and a user MR over several
+// backings (RegMRSegments). It is shared by the snapshots
 // of one registration (rereg without a new translation keeps it) and holds
 // one reference on each backing it lists.
 type region struct {
@@ -17,6 +18,16 @@ type region struct {
 	shift    uint8  // log2 page size; 0 means segs[0] is the whole region
 	first    uint64 // paged: offset of the region's first byte in segs[0]
 	backings []Backing
+}
+
+// persistent reports whether every backing is persistent memory.
+func (r *region) persistent() bool {
+	for _, b := range r.backings {
+		if !isPersistent(b) {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *region) release() {
@@ -194,8 +205,10 @@ func (r *Ref) word(off int64) (*uint64, []byte, error) {
 	if (r.iova+uint64(off))&7 != 0 {
 		return nil, nil, mkerr(r.op, KindMisaligned)
 	}
-	// Pages are a power of two of at least 8 bytes and the IOVA is aligned,
-	// so the word lies within one segment.
+	// Pages are a power of two of at least 8 bytes, the IOVA is aligned,
+	// and a page list's first byte is congruent to its IOVA mod 8 (FastReg
+	// takes it from the IOVA, RegMRSegments checks it), so the word lies
+	// within one segment.
 	b := r.reg.span(r.base + uint64(off))[:8]
 	p := unsafe.Pointer(unsafe.SliceData(b))
 	if uintptr(p)&7 == 0 {
