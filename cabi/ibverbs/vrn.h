@@ -83,7 +83,9 @@ int vrn_read_events(struct vrn_context *c);
 void vrn_queue_event(struct vrn_context *c, uint16_t op, const void *p, uint32_t len);
 void vrn_mark_dead(struct vrn_context *c);
 
-/* objects.c: handle -> object, for events. */
+int vrn_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *out, size_t len);
+
+/* async.c: handle -> object, for events. */
 void vrn_obj_set(struct vrn_context *c, uint32_t h, void *obj);
 void *vrn_obj_get(struct vrn_context *c, uint32_t h);
 

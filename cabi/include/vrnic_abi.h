@@ -52,6 +52,7 @@
 #define VRN_OP_RESIZE_SRQ 32
 #define VRN_OP_CAPTURE 33
 #define VRN_OP_LIST_CM 34
+#define VRN_OP_REG_MR_SEGS 35
 #define VRN_OP_CM_LISTEN 64
 #define VRN_OP_CM_UNLISTEN 65
 #define VRN_OP_CM_CONNECT 66
@@ -134,7 +135,7 @@ struct vrn_header {
 	uint32_t length; /* @4 */
 	uint64_t id; /* @8 */
 	uint32_t status; /* @16 */
-	uint8_t nf_ds; /* @20 */
+	uint8_t nfds; /* @20 */
 	uint8_t flags; /* @21 */
 	uint16_t reserved_22; /* @22 */
 } __attribute__((packed));
@@ -181,7 +182,7 @@ struct vrn_cm_event_msg {
 	uint8_t private_len; /* @70 */
 	uint8_t reserved_71; /* @71 */
 	uint8_t private[196]; /* @72 */
-	uint32_t q_key; /* @268 */
+	uint32_t qkey; /* @268 */
 	struct vrn_av ah; /* @272 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_event_msg) == 316, "vrn_cm_event_msg");
@@ -200,7 +201,7 @@ _Static_assert(sizeof(struct vrn_alloc_mw_req) == 8, "vrn_alloc_mw_req");
 
 struct vrn_alloc_mw_resp {
 	uint32_t mw; /* @0 */
-	uint32_t r_key; /* @4 */
+	uint32_t rkey; /* @4 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_alloc_mw_resp) == 8, "vrn_alloc_mw_resp");
 
@@ -219,7 +220,7 @@ struct vrn_bind_mw_req {
 _Static_assert(sizeof(struct vrn_bind_mw_req) == 28, "vrn_bind_mw_req");
 
 struct vrn_bind_mw_resp {
-	uint32_t r_key; /* @0 */
+	uint32_t rkey; /* @0 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_bind_mw_resp) == 4, "vrn_bind_mw_resp");
 
@@ -396,7 +397,7 @@ struct vrn_device_attr {
 	uint32_t vendor_part_id; /* @76 */
 	uint32_t hw_ver; /* @80 */
 	uint32_t max_qp; /* @84 */
-	uint32_t max_qpwr; /* @88 */
+	uint32_t max_qp_wr; /* @88 */
 	uint32_t device_cap_flags; /* @92 */
 	uint32_t max_sge; /* @96 */
 	uint32_t max_sge_rd; /* @100 */
@@ -411,9 +412,9 @@ struct vrn_device_attr {
 	uint32_t max_mw; /* @136 */
 	uint32_t max_ah; /* @140 */
 	uint32_t max_srq; /* @144 */
-	uint32_t max_srqwr; /* @148 */
-	uint32_t max_srqsge; /* @152 */
-	uint32_t max_p_keys; /* @156 */
+	uint32_t max_srq_wr; /* @148 */
+	uint32_t max_srq_sge; /* @152 */
+	uint32_t max_pkeys; /* @156 */
 	uint32_t local_ca_ack_delay; /* @160 */
 	uint32_t phys_port_cnt; /* @164 */
 	uint32_t max_inline_data; /* @168 */
@@ -518,12 +519,12 @@ struct vrn_qp_attr {
 	uint8_t cur_state; /* @1 */
 	uint8_t path_mtu; /* @2 */
 	uint8_t port; /* @3 */
-	uint32_t q_key; /* @4 */
+	uint32_t qkey; /* @4 */
 	uint32_t rqpsn; /* @8 */
 	uint32_t sqpsn; /* @12 */
 	uint32_t dest_qpn; /* @16 */
 	uint32_t access_flags; /* @20 */
-	uint16_t p_key_index; /* @24 */
+	uint16_t pkey_index; /* @24 */
 	uint8_t max_rd_atomic; /* @26 */
 	uint8_t max_dest_rd_atomic; /* @27 */
 	uint8_t min_rnr_timer; /* @28 */
@@ -563,7 +564,7 @@ struct vrn_port_attr {
 	uint32_t active_mtu; /* @8 */
 	uint32_t gid_tbl_len; /* @12 */
 	uint32_t port_cap_flags; /* @16 */
-	uint32_t p_key_tbl_len; /* @20 */
+	uint32_t pkey_tbl_len; /* @20 */
 	uint32_t link_layer; /* @24 */
 	uint32_t phys_state; /* @28 */
 	uint64_t max_msg_size; /* @32 */
@@ -646,10 +647,30 @@ _Static_assert(sizeof(struct vrn_reg_mr_req) == 36, "vrn_reg_mr_req");
 
 struct vrn_reg_mr_resp {
 	uint32_t mr; /* @0 */
-	uint32_t l_key; /* @4 */
-	uint32_t r_key; /* @8 */
+	uint32_t lkey; /* @4 */
+	uint32_t rkey; /* @8 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_reg_mr_resp) == 12, "vrn_reg_mr_resp");
+
+struct vrn_reg_mr_seg {
+	uint32_t mem; /* @0 */
+	uint32_t reserved_4; /* @4 */
+	uint64_t offset; /* @8 */
+	uint64_t pages; /* @16 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_reg_mr_seg) == 24, "vrn_reg_mr_seg");
+
+struct vrn_reg_mr_segs_req {
+	uint32_t pd; /* @0 */
+	uint32_t access; /* @4 */
+	uint64_t iova; /* @8 */
+	uint64_t length; /* @16 */
+	uint64_t first_offset; /* @24 */
+	uint32_t num_segs; /* @32 */
+	uint32_t reserved_36; /* @36 */
+	struct vrn_reg_mr_seg segs[256]; /* @40 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_reg_mr_segs_req) == 6184, "vrn_reg_mr_segs_req");
 
 struct vrn_req_notify_cq_req {
 	uint32_t cq; /* @0 */

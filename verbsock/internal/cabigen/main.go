@@ -166,9 +166,18 @@ func ctypeOf(t reflect.Type) (string, string) {
 
 func cname(t reflect.Type) string { return "vrn_" + snake(t.Name()) }
 
+// renames are the names snake would spell badly.
+var renames = map[string]string{"NFDs": "nfds", "MaxQPWR": "max_qp_wr", "MaxSRQWR": "max_srq_wr", "MaxSRQSGE": "max_srq_sge"}
+
+// keyWords are spelled as one word, as IBA's rkey, lkey, qkey and pkey.
+var keyWords = strings.NewReplacer("RKey", "Rkey", "LKey", "Lkey", "QKey", "Qkey", "PKey", "Pkey")
+
 // snake turns a Go name into C's: QueryGIDResp → query_gid_resp.
 func snake(s string) string {
-	r := []rune(s)
+	if n, ok := renames[s]; ok {
+		return n
+	}
+	r := []rune(keyWords.Replace(s))
 	var b strings.Builder
 	for i, c := range r {
 		if unicode.IsUpper(c) && i > 0 {
