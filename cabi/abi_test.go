@@ -70,7 +70,9 @@ func needObjdump(t *testing.T) {
 
 func objdump(t *testing.T, flag, lib string) string {
 	t.Helper()
-	out, err := exec.Command("objdump", flag, lib).Output()
+	cmd := exec.Command("objdump", flag, lib)
+	cmd.Env = append(os.Environ(), "LC_ALL=C") // its headings are translated otherwise
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("objdump %s %s: %v", flag, lib, err)
 	}
@@ -187,7 +189,8 @@ func loadEnv(libDir string, extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(append(env, "LD_LIBRARY_PATH="+libDir, "LD_BIND_NOW=1"), extra...)
+	// LC_ALL=C: the loader's messages are translated otherwise.
+	return append(append(env, "LD_LIBRARY_PATH="+libDir, "LD_BIND_NOW=1", "LC_ALL=C"), extra...)
 }
 
 // run runs argv with env and stdin from /dev/null, killed after 5 s. It

@@ -17,6 +17,7 @@
 #    a program's version reference);
 #  - "local: *;" sits in the first node, so nothing else is exported.
 set -eu
+export LC_ALL=C # objdump's headings are translated in other locales
 
 if [ $# -ne 1 ] || [ ! -r "$1" ]; then
 	echo "usage: $0 /path/to/libibverbs.so.1" >&2

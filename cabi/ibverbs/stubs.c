@@ -205,7 +205,8 @@ __attribute__((weak)) int vrn_query_gid_type(struct ibv_context *context, uint8_
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 		       enum ibv_gid_type_sysfs *type);
 
-/* rdma-core's convention here is 0, or -1 with errno. */
+/* rdma-core's convention here is 0, or -1 with errno; vrn_query_gid_type
+ * answers 0 or an errno value. */
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 		       enum ibv_gid_type_sysfs *type)
 {
@@ -218,6 +219,10 @@ int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned i
 	ret = vrn_query_gid_type(context, port_num, index, type);
 	if (ret == 0)
 		return 0;
+	if (ret == ENODATA) { /* an empty GID slot: rdma-core answers RoCE v1 (its API of old) */
+		*type = IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+		return 0;
+	}
 	if (ret > 0)
 		errno = ret;
 	return -1;
