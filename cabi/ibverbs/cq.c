@@ -6,6 +6,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -162,6 +163,23 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
+/* A program that busy-polls an empty CQ would keep the daemon, which
+ * produces its completions, off a CPU it shares with it: after
+ * vrn_poll_yield empty polls in a row, each empty poll yields the CPU (the
+ * Go tools' Spinner does the same). VRNIC_POLL_YIELD sets the count, 0
+ * never yields. */
+unsigned vrn_poll_yield = 16;
+
+void vrn_cq_idle(struct vrn_cq *cq, int empty)
+{
+	if (!empty) {
+		cq->empty = 0;
+		return;
+	}
+	if (vrn_poll_yield && ++cq->empty >= vrn_poll_yield)
+		sched_yield();
+}
+
 /* cqe_to_wc converts one ring entry (verbsock/ring CQE) to an ibv_wc. */
 static inline void cqe_to_wc(const uint8_t *e, struct ibv_wc *wc)
 {
@@ -198,6 +216,7 @@ int vrn_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 	if (n)
 		ring_store_cons(cq->ring, cq->head);
 	pthread_spin_unlock(&cq->lock);
+	vrn_cq_idle(cq, n == 0);
 	return n;
 }
 

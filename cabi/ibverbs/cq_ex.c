@@ -43,6 +43,7 @@ static int start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 	int err = take(cq);
 	if (err)
 		pthread_spin_unlock(&cq->lock); /* ENOENT: the caller does not call end_poll */
+	vrn_cq_idle(cq, err != 0);
 	return err;
 }
 

@@ -127,8 +127,17 @@ static int socket_paths(char ***out)
 	return n;
 }
 
+static void read_env(void)
+{
+	const char *y = getenv("VRNIC_POLL_YIELD");
+	if (y && *y)
+		vrn_poll_yield = (unsigned)strtoul(y, NULL, 10);
+}
+
 struct ibv_device **ibv_get_device_list(int *num)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, read_env);
 	char **paths = NULL;
 	int np = socket_paths(&paths), n = 0, cap = 0;
 	struct ibv_device **list = calloc(1, sizeof(*list));

@@ -85,6 +85,10 @@ void vrn_mark_dead(struct vrn_context *c);
 
 int vrn_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *out, size_t len);
 
+struct vrn_cq;
+extern unsigned vrn_poll_yield;
+void vrn_cq_idle(struct vrn_cq *cq, int empty);
+
 /* async.c: handle -> object, for events. */
 void vrn_obj_set(struct vrn_context *c, uint32_t h, void *obj);
 void *vrn_obj_get(struct vrn_context *c, uint32_t h);
@@ -117,6 +121,7 @@ struct vrn_cq {
 	uint64_t head;
 	int ev_fd;           /* completion events from the daemon; -1 without a channel */
 	struct vrn_cq_ex *ex;  /* cq_ex.c: the poll API's cursor */
+	unsigned empty;        /* empty polls in a row (vrn_cq_idle) */
 };
 
 struct vrn_queue {
