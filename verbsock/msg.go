@@ -87,6 +87,32 @@ type RegMRReq struct {
 
 type RegMRResp struct{ MR, LKey, RKey uint32 }
 
+// MaxRegMRSegs is how many segments one reg_mr_segs carries: the most that
+// fit a frame, rounded down to a power of two.
+const MaxRegMRSegs = 256
+
+// RegMRSeg is one segment of a reg_mr_segs: Pages whole pages of memory
+// object Mem from byte Offset (a multiple of the page size).
+type RegMRSeg struct {
+	Mem    uint32
+	_      uint32
+	Offset uint64
+	Pages  uint64
+}
+
+// RegMRSegsReq registers an MR over the pages of Segs[:NumSegs], which
+// follow each other in the MR's address space (a C ibv_reg_mr over memory
+// several memfds back). Its first byte is FirstOffset bytes into the first
+// segment and it is Length bytes long; the segments hold exactly the pages
+// those bytes touch. Slots past NumSegs are zero.
+type RegMRSegsReq struct {
+	PD, Access                uint32
+	IOVA, Length, FirstOffset uint64
+	NumSegs                   uint32
+	_                         uint32
+	Segs                      [MaxRegMRSegs]RegMRSeg
+}
+
 type AllocMRReq struct{ PD, MaxPages uint32 }
 
 type AllocMWReq struct{ PD, Type uint32 }
@@ -299,6 +325,7 @@ var Specs = map[Op]OpSpec{
 	OpMapMem:      spec(mk[MapMemReq](), mk[MapMemResp](), [2]int{1, 1}, none),
 	OpUnmapMem:    spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpRegMR:       spec(mk[RegMRReq](), mk[RegMRResp](), none, none),
+	OpRegMRSegs:   spec(mk[RegMRSegsReq](), mk[RegMRResp](), none, none),
 	OpDeregMR:     spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpAllocMR:     spec(mk[AllocMRReq](), mk[RegMRResp](), none, none),
 	OpAllocMW:     spec(mk[AllocMWReq](), mk[AllocMWResp](), none, none),

@@ -253,3 +253,30 @@ func TestUDRequestsReservedBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestRegMRSegsReqLayout pins reg_mr_segs' layout (§4, §5): a 40-byte head,
+// then 24-byte segments, the whole in one frame; its blank fields are
+// checked like every request's.
+func TestRegMRSegsReqLayout(t *testing.T) {
+	if n := binary.Size(&RegMRSeg{}); n != 24 {
+		t.Fatalf("RegMRSeg is %d bytes, want 24", n)
+	}
+	n := binary.Size(&RegMRSegsReq{})
+	if n != 40+24*MaxRegMRSegs || HeaderSize+n > MaxMessage {
+		t.Fatalf("RegMRSegsReq is %d bytes", n)
+	}
+	r := &RegMRSegsReq{PD: 1, IOVA: 2, Length: 3, FirstOffset: 4, NumSegs: 1}
+	r.Segs[0] = RegMRSeg{Mem: 5, Offset: 6, Pages: 7}
+	p := Encode(nil, r)
+	if binary.LittleEndian.Uint32(p[32:]) != 1 || binary.LittleEndian.Uint32(p[40:]) != 5 || binary.LittleEndian.Uint64(p[56:]) != 7 {
+		t.Fatalf("layout: % x", p[:64])
+	}
+	h := Header{Version: 1, Op: OpRegMRSegs, Length: uint32(n)}
+	for _, off := range []int{36, 44, 40 + 24*(MaxRegMRSegs-1) + 4} {
+		q := append([]byte(nil), p...)
+		q[off] = 1
+		if _, err := DecodeRequest(h, q, 0); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("reserved byte %d set: %v, want EINVAL", off, err)
+		}
+	}
+}

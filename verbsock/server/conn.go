@@ -73,7 +73,7 @@ type mrObj struct {
 	pd     uint32
 	key    uint32
 	length uint64
-	heap   int64 // daemon memory charged for a fast-reg MR's page list
+	heap   int64 // daemon memory charged for a fast-reg or multi-segment MR's page list
 }
 
 type mwObj struct {

@@ -27,6 +27,12 @@ func FuzzServerRequests(f *testing.F) {
 	f.Add(uint16(verbsock.OpCreateSRQ), srq, uint8(1), uint16(verbsock.OpResizeSRQ), []byte{2, 0, 0, 0, 8, 0, 0, 0}, uint8(1))
 	f.Add(uint16(verbsock.OpMapMem), []byte{0, 0, 0, 0}, uint8(1), uint16(verbsock.OpRegMR),
 		verbsock.Encode(nil, &verbsock.RegMRReq{PD: 2, Mem: 1, Length: 4096, Access: 7}), uint8(0))
+	// reg_mr_segs over the page just mapped (handle 2, after the PD), twice:
+	// a page-list MR.
+	segs := &verbsock.RegMRSegsReq{PD: 1, Access: 7, Length: uint64(2 * shm.PageSize), NumSegs: 2}
+	segs.Segs[0] = verbsock.RegMRSeg{Mem: 2, Pages: 1}
+	segs.Segs[1] = verbsock.RegMRSeg{Mem: 2, Pages: 1}
+	f.Add(uint16(verbsock.OpMapMem), []byte{0, 0, 0, 0}, uint8(1), uint16(verbsock.OpRegMRSegs), verbsock.Encode(nil, segs), uint8(0))
 	// rdma_cm: a listener of each port space, a UD resolution of the peer
 	// (whose daemon has no CM: it goes unanswered), answers to handles that
 	// are not SIDR requests.

@@ -60,6 +60,7 @@ var handlers = map[verbsock.Op]handler{
 	},
 	verbsock.OpUnmapMem:    byHandle((*conn).unmapMem),
 	verbsock.OpRegMR:       reply((*conn).regMR),
+	verbsock.OpRegMRSegs:   reply((*conn).regMRSegs),
 	verbsock.OpDeregMR:     byHandle((*conn).deregMR),
 	verbsock.OpAllocMR:     reply((*conn).allocMR),
 	verbsock.OpAllocMW:     reply((*conn).allocMW),

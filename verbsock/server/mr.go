@@ -5,6 +5,7 @@ import (
 
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/shm"
 )
 
 func (c *conn) regMR(r *verbsock.RegMRReq) (any, error) {
@@ -18,29 +19,129 @@ func (c *conn) regMR(r *verbsock.RegMRReq) (any, error) {
 	if m == nil {
 		return nil, noObj("memory object", r.Mem)
 	}
-	if uint32(len(c.mrs)) >= c.s.limits.MaxMR {
-		return nil, quota("MRs", uint64(c.s.limits.MaxMR))
-	}
-	if r.Length > c.s.limits.MaxMRBytes-c.mrBytes {
-		return nil, quota("bytes registered", c.s.limits.MaxMRBytes)
-	}
-	if err := c.charge(resMR, 1); err != nil {
-		return nil, err
-	}
-	if err := c.charge(resMRBytes, r.Length); err != nil {
-		c.uncharge(resMR, 1)
+	if err := c.chargeMRLocked(r.Length, 0); err != nil {
 		return nil, err
 	}
 	key, err := c.s.dev.Mem().RegMR(p.pd, m.m, r.Offset, r.Length, r.IOVA, mem.Access(r.Access))
 	if err != nil {
-		c.uncharge(resMR, 1)
-		c.uncharge(resMRBytes, r.Length)
+		c.unchargeMR(r.Length, 0)
 		return nil, err
 	}
+	return c.addMRLocked(&mrObj{pd: r.PD, key: key, length: r.Length}), nil
+}
+
+// regMRSegs registers an MR over pages of several memory objects (§5): a C
+// program's ibv_reg_mr over memory that more than one memfd backs.
+func (c *conn) regMRSegs(r *verbsock.RegMRSegsReq) (any, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, err := c.pdLocked(r.PD)
+	if err != nil {
+		return nil, err
+	}
+	segs, err := c.segmentsLocked(r)
+	if err != nil {
+		return nil, err
+	}
+	ps := uint32(shm.PageSize)
+	heap := int64(mem.SegmentsHeap(segs, ps))
+	if heap > 0 && (r.IOVA-r.FirstOffset)&7 != 0 { // mem would refuse it too; say why
+		return nil, errf(syscall.EINVAL, "iova %#x and first_offset %d differ mod 8 in a page-list MR", r.IOVA, r.FirstOffset)
+	}
+	if err := c.chargeMRLocked(r.Length, heap); err != nil {
+		return nil, err
+	}
+	key, err := c.s.dev.Mem().RegMRSegments(p.pd, segs, ps, r.FirstOffset, r.Length, r.IOVA, mem.Access(r.Access))
+	if err != nil {
+		c.unchargeMR(r.Length, heap)
+		return nil, err
+	}
+	return c.addMRLocked(&mrObj{pd: r.PD, key: key, length: r.Length, heap: heap}), nil
+}
+
+// segmentsLocked resolves a reg_mr_segs' segments to the memory objects
+// they name, checking each against its object and the list against the
+// bytes it must hold: [FirstOffset, FirstOffset+Length) of its pages, with
+// no page to spare. Caller holds c.mu.
+func (c *conn) segmentsLocked(r *verbsock.RegMRSegsReq) ([]mem.Segment, error) {
+	ps := uint64(shm.PageSize)
+	if r.NumSegs == 0 || r.NumSegs > verbsock.MaxRegMRSegs {
+		return nil, errf(syscall.EINVAL, "%d segments (1..%d)", r.NumSegs, verbsock.MaxRegMRSegs)
+	}
+	for i, s := range r.Segs[r.NumSegs:] {
+		if s != (verbsock.RegMRSeg{}) {
+			return nil, errf(syscall.EINVAL, "segment slot %d past num_segs %d is not zero", int(r.NumSegs)+i, r.NumSegs)
+		}
+	}
+	if r.FirstOffset >= ps {
+		return nil, errf(syscall.EINVAL, "first_offset %d is not inside the first page (%d bytes)", r.FirstOffset, ps)
+	}
+	segs := make([]mem.Segment, r.NumSegs)
+	var pages uint64
+	for i, s := range r.Segs[:r.NumSegs] {
+		m := c.mems[s.Mem]
+		if m == nil {
+			return nil, noObj("memory object", s.Mem)
+		}
+		size := uint64(m.size)
+		switch {
+		case s.Pages == 0:
+			return nil, errf(syscall.EINVAL, "segment %d has no pages", i)
+		case s.Offset%ps != 0:
+			return nil, errf(syscall.EINVAL, "segment %d: offset %#x is not page aligned", i, s.Offset)
+		case s.Offset > size || s.Pages > (size-s.Offset)/ps:
+			return nil, errf(syscall.EINVAL, "segment %d: %d pages at %#x pass the end of memory object %d (%d bytes)",
+				i, s.Pages, s.Offset, s.Mem, size)
+		}
+		segs[i] = mem.Segment{Backing: m.m, Offset: s.Offset, Pages: s.Pages}
+		pages += s.Pages // at most 256 objects of 2^46 bytes: no wrap
+	}
+	if r.Length == 0 || r.Length > pages*ps-r.FirstOffset || pages*ps-r.FirstOffset-r.Length >= ps {
+		return nil, errf(syscall.EINVAL, "length %d from offset %d does not end in the last of %d pages", r.Length, r.FirstOffset, pages)
+	}
+	return segs, nil
+}
+
+// chargeMRLocked counts an MR of length bytes registered, and heap bytes
+// of daemon memory for its page list, against the connection's quotas and
+// its uid's. Caller holds c.mu.
+func (c *conn) chargeMRLocked(length uint64, heap int64) error {
+	if uint32(len(c.mrs)) >= c.s.limits.MaxMR {
+		return quota("MRs", uint64(c.s.limits.MaxMR))
+	}
+	if length > c.s.limits.MaxMRBytes-c.mrBytes {
+		return quota("bytes registered", c.s.limits.MaxMRBytes)
+	}
+	if err := c.charge(resMR, 1); err != nil {
+		return err
+	}
+	if err := c.charge(resMRBytes, length); err != nil {
+		c.uncharge(resMR, 1)
+		return err
+	}
+	if heap > 0 {
+		if err := c.chargeBytes(heap); err != nil {
+			c.uncharge(resMR, 1)
+			c.uncharge(resMRBytes, length)
+			return err
+		}
+	}
+	return nil
+}
+
+// unchargeMR gives back what chargeMRLocked took.
+func (c *conn) unchargeMR(length uint64, heap int64) {
+	c.uncharge(resMR, 1)
+	c.uncharge(resMRBytes, length)
+	c.unchargeBytes(heap)
+}
+
+// addMRLocked files a registered MR under a new handle. Caller holds c.mu.
+func (c *conn) addMRLocked(o *mrObj) *verbsock.RegMRResp {
 	h := c.handleLocked()
-	c.mrs[h] = &mrObj{pd: r.PD, key: key, length: r.Length}
-	c.mrBytes += r.Length
-	return &verbsock.RegMRResp{MR: h, LKey: key, RKey: key}, nil
+	c.mrs[h] = o
+	c.mrBytes += o.length
+	return &verbsock.RegMRResp{MR: h, LKey: o.key, RKey: o.key}
 }
 
 func (c *conn) deregMR(h uint32) error {
@@ -55,9 +156,7 @@ func (c *conn) deregMR(h uint32) error {
 	}
 	delete(c.mrs, h)
 	c.mrBytes -= r.length
-	c.uncharge(resMR, 1)
-	c.uncharge(resMRBytes, r.length)
-	c.unchargeBytes(r.heap)
+	c.unchargeMR(r.length, r.heap)
 	return nil
 }
 

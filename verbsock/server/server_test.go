@@ -211,6 +211,8 @@ func TestEveryRequestBadHandles(t *testing.T) {
 			{verbsock.OpDeallocPD, &verbsock.HandleReq{Handle: bad}, nil},
 			{verbsock.OpUnmapMem, &verbsock.HandleReq{Handle: bad}, nil},
 			{verbsock.OpRegMR, &verbsock.RegMRReq{PD: bad, Mem: bad, Length: 4096}, nil},
+			{verbsock.OpRegMRSegs, &verbsock.RegMRSegsReq{PD: bad, Length: 4096, NumSegs: 1,
+				Segs: [verbsock.MaxRegMRSegs]verbsock.RegMRSeg{{Mem: bad, Pages: 1}}}, nil},
 			{verbsock.OpDeregMR, &verbsock.HandleReq{Handle: bad}, nil},
 			{verbsock.OpAllocMR, &verbsock.AllocMRReq{PD: bad, MaxPages: 4}, nil},
 			{verbsock.OpAllocMW, &verbsock.AllocMWReq{PD: bad, Type: 1}, nil},

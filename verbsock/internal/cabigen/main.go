@@ -52,7 +52,7 @@ func Generate() []byte {
 		{Name: "MAX_FDS", Value: verbsock.MaxFDs}, {Name: "MAX_ERROR_TEXT", Value: verbsock.MaxErrorText},
 		{Name: "FLAG_REPLY", Value: int(verbsock.FlagReply)}, {Name: "FLAG_EVENT", Value: int(verbsock.FlagEvent)},
 		{Name: "CQ_WITH_EVENTS", Value: int(verbsock.CQWithEvents)}, {Name: "EVENT_LOST", Value: int(verbsock.EventLost)},
-		{Name: "PORT_SPACE_UDP", Value: verbsock.PortSpaceUDP},
+		{Name: "PORT_SPACE_UDP", Value: verbsock.PortSpaceUDP}, {Name: "MAX_REG_MR_SEGS", Value: verbsock.MaxRegMRSegs},
 	}
 	writeConsts(&b, consts)
 	var ops []ring.Const
