@@ -100,8 +100,7 @@ type MR struct {
 	d      *Device
 	h      uint32
 	pd     *PD
-	buf    *Buffer // nil for a fast-reg MR
-	off    uint64  // offset of the region in buf
+	pieces [][]byte // the region's memory here, in IOVA order (segPieces); none for a fast-reg MR
 	iova   uint64
 	length uint64
 	key    atomic.Uint32 // lkey == rkey; REG_MR changes its key byte
@@ -120,10 +119,82 @@ func (pd *PD) RegMRRange(buf *Buffer, offset, length, iova uint64, access Access
 		IOVA: iova, Access: uint32(access)}, nil, &r); err != nil {
 		return nil, err
 	}
-	mr := &MR{d: pd.d, h: r.MR, pd: pd, buf: buf, off: offset, iova: iova, length: length}
+	return pd.newMR(&r, piece(buf, offset, length), iova, length), nil
+}
+
+// newMR files a registered MR whose memory here is pieces.
+func (pd *PD) newMR(r *verbsock.RegMRResp, pieces [][]byte, iova, length uint64) *MR {
+	mr := &MR{d: pd.d, h: r.MR, pd: pd, pieces: pieces, iova: iova, length: length}
 	mr.key.Store(r.LKey)
 	pd.d.mrs.Store(mem.KeyIndex(r.LKey), mr)
-	return mr, nil
+	return mr
+}
+
+// SegRef is one segment of PD.RegMRSegs: Pages whole pages of Buffer from
+// byte Offset, a multiple of the page size.
+type SegRef struct {
+	Buffer *Buffer
+	Offset uint64
+	Pages  uint64
+}
+
+// RegMRSegs registers one MR over the pages of several buffers, in the
+// order of segs (at most verbsock.MaxRegMRSegs), as a C ibv_reg_mr over
+// memory that several memfds back: its first byte is firstOffset bytes
+// into the first segment, it is length bytes long, addressed from iova.
+// The segments must hold exactly the pages those bytes touch. Bytes is nil
+// for such an MR unless its segments are one range of one buffer.
+func (pd *PD) RegMRSegs(segs []SegRef, firstOffset, length, iova uint64, access Access) (*MR, error) {
+	req := &verbsock.RegMRSegsReq{PD: pd.h, Access: uint32(access), IOVA: iova, Length: length,
+		FirstOffset: firstOffset, NumSegs: uint32(len(segs))}
+	if len(segs) > len(req.Segs) {
+		return nil, verr(verbsock.OpRegMRSegs, syscall.EINVAL, "%d segments, at most %d", len(segs), len(req.Segs))
+	}
+	for i, s := range segs {
+		if s.Buffer == nil {
+			return nil, verr(verbsock.OpRegMRSegs, syscall.EINVAL, "segment %d has no buffer", i)
+		}
+		req.Segs[i] = verbsock.RegMRSeg{Mem: s.Buffer.h, Offset: s.Offset, Pages: s.Pages}
+	}
+	var r verbsock.RegMRResp
+	if _, err := pd.d.call(verbsock.OpRegMRSegs, req, nil, &r); err != nil {
+		return nil, err
+	}
+	return pd.newMR(&r, pd.d.segPieces(segs, firstOffset, length), iova, length), nil
+}
+
+// piece is length bytes of buf from offset, nil if buf has no such bytes:
+// the daemon checked the range against the memory object the buffer's
+// handle names on this connection, which is another one if buf is another
+// device's.
+func piece(buf *Buffer, offset, length uint64) [][]byte {
+	if offset > uint64(len(buf.b)) || length > uint64(len(buf.b))-offset {
+		return nil
+	}
+	return [][]byte{buf.b[offset : offset+length]}
+}
+
+// segPieces is where the bytes of an MR over segs lie here, in order:
+// one piece per run of segments that continue each other in one buffer;
+// nil if a segment is not in its buffer (see piece).
+func (d *Device) segPieces(segs []SegRef, first, length uint64) [][]byte {
+	ps := uint64(d.pageSize)
+	var out [][]byte
+	var prev *Buffer
+	var end uint64 // where in prev the last piece ends
+	for _, s := range segs {
+		lo, n := s.Offset+first, min(s.Pages*ps-first, length)
+		if s.Offset > uint64(len(s.Buffer.b)) || s.Pages > (uint64(len(s.Buffer.b))-s.Offset)/ps {
+			return nil
+		}
+		if s.Buffer == prev && lo == end {
+			out[len(out)-1] = out[len(out)-1][:uint64(len(out[len(out)-1]))+n]
+		} else {
+			out = append(out, s.Buffer.b[lo:lo+n])
+		}
+		prev, end, first, length = s.Buffer, lo+n, 0, length-n
+	}
+	return out
 }
 
 // AllocMR makes a fast-registration MR for up to maxPages pages
@@ -153,12 +224,13 @@ func (mr *MR) Addr() uint64 { return mr.iova }
 // Len is the region's length.
 func (mr *MR) Len() uint64 { return mr.length }
 
-// Bytes is the region's memory in this process (nil for a fast-reg MR).
+// Bytes is the region's memory in this process: nil for a fast-reg MR, and
+// for an MR over several buffers (RegMRSegs).
 func (mr *MR) Bytes() []byte {
-	if mr.buf == nil {
+	if len(mr.pieces) != 1 {
 		return nil
 	}
-	return mr.buf.b[mr.off : mr.off+mr.length]
+	return mr.pieces[0]
 }
 
 // SGE is the scatter/gather element for length bytes at offset off of the
@@ -180,14 +252,27 @@ func (mr *MR) Dereg() error {
 // (inline sends without Inline data).
 func (d *Device) gather(dst []byte, s SGE) ([]byte, bool) {
 	mr := d.lookupMR(s.LKey)
-	if mr == nil || mr.buf == nil || s.LKey != mr.LKey() {
+	if mr == nil || mr.pieces == nil || s.LKey != mr.LKey() {
 		return dst, false
 	}
 	off := s.Addr - mr.iova
 	if s.Addr < mr.iova || off > mr.length || uint64(s.Length) > mr.length-off {
 		return dst, false
 	}
-	return append(dst, mr.buf.b[mr.off+off:mr.off+off+uint64(s.Length)]...), true
+	n := uint64(s.Length)
+	for _, p := range mr.pieces {
+		if n == 0 {
+			break
+		}
+		if off >= uint64(len(p)) {
+			off -= uint64(len(p))
+			continue
+		}
+		k := min(uint64(len(p))-off, n)
+		dst = append(dst, p[off:off+k]...)
+		off, n = 0, n-k
+	}
+	return dst, true
 }
 
 // MW is a memory window (ibv_mw).
