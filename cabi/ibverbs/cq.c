@@ -48,6 +48,16 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 		free(ch);
 		return NULL;
 	}
+	/* The daemon's socket, for its hang-up only: a program asleep here must
+	 * learn that the daemon is gone (data.ptr NULL marks it). */
+	struct epoll_event hup = {.events = EPOLLRDHUP, .data.ptr = NULL};
+	if (epoll_ctl(ch->fd, EPOLL_CTL_ADD, to_vctx(context)->sock, &hup)) {
+		int e = errno;
+		close(ch->fd);
+		free(ch);
+		errno = e;
+		return NULL;
+	}
 	ch->context = context;
 	return ch;
 }
@@ -273,6 +283,11 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 			return -1;
 		}
 		struct vrn_cq *q = ev.data.ptr;
+		if (!q) {
+			vrn_mark_dead(to_vctx(channel->context));
+			errno = EIO;
+			return -1;
+		}
 		int r = drain(q->ev_fd);
 		if (r < 0) {
 			/* The daemon is gone: no event will come; say so rather than hang. */

@@ -34,8 +34,8 @@ int ibv_dealloc_pd(struct ibv_pd *pd)
 {
 	struct vrn_pd *p = container_of(pd, struct vrn_pd, pd);
 	int err = destroy_handle(pd->context, VRN_OP_DEALLOC_PD, p->handle);
-	if (err)
-		return err;
+	if (err && err != EIO)
+		return err; /* EIO: the daemon is gone and freed it already */
 	free(p);
 	return 0;
 }
@@ -99,7 +99,7 @@ int ibv_destroy_ah(struct ibv_ah *ah)
 {
 	struct vrn_ah *a = container_of(ah, struct vrn_ah, ah);
 	int err = destroy_handle(ah->context, VRN_OP_DESTROY_AH, a->handle);
-	if (err)
+	if (err && err != EIO)
 		return err;
 	free(a);
 	return 0;
@@ -199,7 +199,7 @@ int vrn_dealloc_mw(struct ibv_mw *mw)
 {
 	struct vrn_mw *m = container_of(mw, struct vrn_mw, mw);
 	int err = destroy_handle(mw->context, VRN_OP_DEALLOC_MW, m->handle);
-	if (err)
+	if (err && err != EIO)
 		return err;
 	free(m);
 	return 0;

@@ -1,0 +1,74 @@
+/* devfatal: what a program sees when its daemon goes away. It makes the
+ * usual objects, says "ready", and waits; the test then stops the daemon.
+ * Expected, as on a kernel device that is hot-unplugged: the async
+ * descriptor turns readable with IBV_EVENT_DEVICE_FATAL, a waiting
+ * ibv_get_cq_event returns an error instead of hanging, and every verb
+ * fails cleanly afterwards. Prints "ok" and exits 0 on that. */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+
+int main(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		FAIL("no device");
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	if (!ctx)
+		FAIL("open: %s", strerror(errno));
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ch ? ibv_create_cq(ctx, 16, NULL, ch, 0) : NULL;
+	static char buf[8192];
+	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = cq && pd ? ibv_create_qp(pd, &qa) : NULL;
+	if (!pd || !ch || !cq || !mr || !qp)
+		FAIL("setup: %s", strerror(errno));
+	if (ibv_req_notify_cq(cq, 0))
+		FAIL("req_notify_cq");
+	printf("ready\n");
+	fflush(stdout);
+
+	struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
+	if (poll(&p, 1, 20000) != 1)
+		FAIL("async_fd did not turn readable in 20 s");
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev))
+		FAIL("get_async_event: %s", strerror(errno));
+	if (ev.event_type != IBV_EVENT_DEVICE_FATAL)
+		FAIL("event %s, want DEVICE_FATAL", ibv_event_type_str(ev.event_type));
+	ibv_ack_async_event(&ev);
+
+	alarm(20); /* a hang below is a failure */
+	struct ibv_cq *ecq;
+	void *ectx;
+	if (ibv_get_cq_event(ch, &ecq, &ectx) == 0)
+		ibv_ack_cq_events(ecq, 1); /* an event may have raced the close; the next call must fail */
+	if (ibv_get_cq_event(ch, &ecq, &ectx) == 0)
+		FAIL("get_cq_event succeeded on a dead device");
+	if (ibv_alloc_pd(ctx))
+		FAIL("alloc_pd succeeded on a dead device");
+	struct ibv_wc wc;
+	if (ibv_poll_cq(cq, 1, &wc) < 0)
+		FAIL("poll_cq failed");
+	struct ibv_device_attr da;
+	if (!ibv_query_device(ctx, &da))
+		FAIL("query_device succeeded on a dead device");
+	/* Teardown works (the daemon already freed everything). */
+	if (ibv_destroy_qp(qp) || ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_destroy_comp_channel(ch))
+		FAIL("teardown: %s", strerror(errno));
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf("ok\n");
+	return 0;
+}
