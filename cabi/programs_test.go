@@ -113,9 +113,10 @@ func runPair(t *testing.T, s, c tool, d time.Duration, srv []string, cli func(po
 	return srvOut, cliOut
 }
 
-// srvArgs gives the server its port (-p in rdma-core's examples and perftest).
+// srvArgs gives the server its port (-p in rdma-core's examples, perftest
+// and our tools, which all take options after their operands).
 func srvArgs(args []string, port string) []string {
-	return append(append([]string{args[0]}, "-p", port), args[1:]...)
+	return append(append([]string(nil), args...), "-p", port)
 }
 
 // devices starts two in-process daemons and returns a tool for each.
