@@ -32,3 +32,7 @@ $(CABI_LIBDIR)/libibverbs.so.1: $(IBV_OBJS) $(CABI_OUT)/libibverbs.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -pthread -Wl,-soname,libibverbs.so.1 -Wl,--version-script=$(CABI_OUT)/libibverbs.map \
 		-Wl,--no-undefined-version -Wl,--no-undefined -Wl,-z,now -o $@ $(IBV_OBJS)
+
+# The C tests (the memory registry, under ASan/UBSan, + its timings).
+cabi-test:
+	cabi/test/run.sh
