@@ -32,7 +32,7 @@ func TestDevicesAndDevinfo(t *testing.T) {
 	guid := fmt.Sprintf("%04x:%04x:%04x:%04x", a.NodeGUID>>48&0xffff, a.NodeGUID>>32&0xffff, a.NodeGUID>>16&0xffff,
 		a.NodeGUID&0xffff)
 
-	both := tool{tl[0].libDir, ds[0].Socket + ":" + ds[1].Socket}
+	both := tool{tl[0].libDir, ds[0].Socket + ":" + ds[1].Socket, ""}
 	out, err := both.run(t, 10*time.Second, "ibv_devices")
 	if err != nil {
 		t.Fatalf("ibv_devices: %v\n%s", err, out)

@@ -37,9 +37,13 @@ func needProgram(t *testing.T, name, pkg string) string {
 type tool struct {
 	libDir string
 	socket string
+	ns     string // a network namespace to run in (ip netns exec), "" for here
 }
 
 func (tl tool) command(ctx context.Context, argv ...string) (*exec.Cmd, *bytes.Buffer) {
+	if tl.ns != "" {
+		argv = append([]string{"ip", "netns", "exec", tl.ns}, argv...)
+	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = loadEnv(tl.libDir, "VRNICD_SOCKET="+tl.socket)
 	var buf bytes.Buffer
@@ -124,7 +128,7 @@ func devices(t *testing.T, mtu int) ([2]tool, [2]servertest.Daemon) {
 	t.Helper()
 	lib := filepath.Dir(ourLib(t))
 	ds := servertest.TwoDaemons(t, mtu)
-	return [2]tool{{lib, ds[0].Socket}, {lib, ds[1].Socket}}, ds
+	return [2]tool{{lib, ds[0].Socket, ""}, {lib, ds[1].Socket, ""}}, ds
 }
 
 func gidIndex(d servertest.Daemon) string { return fmt.Sprint(d.Host.GIDIndex()) }
