@@ -105,4 +105,3 @@ func TestProgramsOnRealDaemons(t *testing.T) {
 		})
 	}
 }
-
