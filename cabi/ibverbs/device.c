@@ -129,6 +129,8 @@ static int socket_paths(char ***out)
 
 static void read_env(void)
 {
+	const char *dbg = getenv("VRNIC_DEBUG");
+	vrn_debug = dbg && *dbg && strcmp(dbg, "0");
 	const char *y = getenv("VRNIC_POLL_YIELD");
 	if (y && *y)
 		vrn_poll_yield = (unsigned)strtoul(y, NULL, 10);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -13,6 +14,10 @@
 #include <unistd.h>
 
 #include "vrn.h"
+
+/* VRNIC_DEBUG set: a failed request prints the daemon's explanation on
+ * stderr (the errno alone rarely says which attribute was refused). */
+int vrn_debug;
 
 int vrn_connect(const char *path)
 {
@@ -157,6 +162,9 @@ int vrn_call_fd(int sock, uint64_t id, uint16_t op, const void *req, size_t reql
 		}
 		if (h.status) {
 			close_fds(got, ngot);
+			if (vrn_debug)
+				fprintf(stderr, "vrnic: request %u failed: %.*s (%s)\n", op, (int)plen, (const char *)p,
+					strerror((int)h.status));
 			return (int)h.status;
 		}
 		if (plen != resplen || ngot > maxr) {

@@ -87,6 +87,7 @@ int vrn_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_at
 
 struct vrn_cq;
 extern unsigned vrn_poll_yield;
+extern int vrn_debug;
 void vrn_cq_idle(struct vrn_cq *cq, int empty);
 
 /* async.c: handle -> object, for events. */
