@@ -21,7 +21,7 @@ build:
 binaries: cabi
 	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping \
 		./cmd/vrnic-ucmatose ./cmd/vrnic-udaddy ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime \
-		$(wildcard ./cmd/vrnic-perf)
+		./cmd/vrnic-run $(wildcard ./cmd/vrnic-perf)
 
 # demo: two daemons in two network namespaces, an RC ping-pong, an rping
 # over rdma_cm and an RDMA WRITE bandwidth run between them (root).
@@ -96,7 +96,10 @@ clean:
 
 # install: the binaries, their man pages and shell completions (generated
 # by the tools themselves, --generate-man and --generate-completion, from
-# the flags they parse), the systemd units (ExecStart pointed at BINDIR),
+# the flags they parse), the drop-in C libraries in PREFIX/lib/vrnicd
+# (never the system's library directory; vrnic-run finds them as
+# ../lib/vrnicd from its own directory, so a BINDIR other than PREFIX/bin
+# needs VRNIC_LIBDIR), the systemd units (ExecStart pointed at BINDIR),
 # the sysusers snippet and the example config (kept if one is there).
 PREFIX        ?= /usr/local
 DESTDIR       ?=
@@ -108,12 +111,15 @@ ZSHCOMPDIR    ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR   ?= $(PREFIX)/share/fish/vendor_completions.d
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR   ?= $(PREFIX)/lib/sysusers.d
-TOOLS         := vrnicd vrnicctl vrnic-perf vrnic-pingpong
+VRNICLIBDIR   := $(PREFIX)/lib/vrnicd
+TOOLS         := vrnicd vrnicctl vrnic-perf vrnic-pingpong vrnic-run
 
 install: binaries
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) \
-		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/vrnicd
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/vrnicd \
+		$(DESTDIR)$(VRNICLIBDIR)
+	install -m 0755 $(CABI_LIBDIR)/libibverbs.so.1 $(wildcard $(CABI_LIBDIR)/librdmacm.so.1) $(DESTDIR)$(VRNICLIBDIR)/
 	set -e; for t in $(TOOLS); do \
 		install -m 0755 bin/$$t $(DESTDIR)$(BINDIR)/$$t; \
 		sec=1; [ $$t = vrnicd ] && sec=8; \
