@@ -31,10 +31,19 @@ func buildProg(t *testing.T, name string) string {
 // teardown still works (testprog/devfatal.c says what it checks).
 func TestDaemonGoneIsDeviceFatal(t *testing.T) {
 	prog := buildProg(t, "devfatal")
+	for _, mode := range []string{"events", "poll"} {
+		t.Run(mode, func(t *testing.T) { daemonGone(t, prog, mode) })
+	}
+}
+
+// daemonGone runs devfatal in a mode: "events" waits on the async and
+// completion channels, "poll" only busy-polls its CQ (the posted receives
+// must come back flushed).
+func daemonGone(t *testing.T, prog, mode string) {
 	tl, ds := devices(t, 1500)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd, buf := tl[0].command(ctx, prog)
+	cmd, buf := tl[0].command(ctx, prog, mode)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

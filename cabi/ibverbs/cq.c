@@ -186,8 +186,13 @@ void vrn_cq_idle(struct vrn_cq *cq, int empty)
 		cq->empty = 0;
 		return;
 	}
-	if (vrn_poll_yield && ++cq->empty >= vrn_poll_yield)
+	cq->empty++;
+	if (vrn_poll_yield && cq->empty >= vrn_poll_yield)
 		sched_yield();
+	/* Now and then, ask whether the daemon is still there: a program
+	 * polling for completions that will never come learns it here. */
+	if ((cq->empty & 4095) == 0)
+		vrn_check_alive(to_vctx(cq->cq.context));
 }
 
 /* cqe_to_wc converts one ring entry (verbsock/ring CQE) to an ibv_wc. */

@@ -194,6 +194,7 @@ static int context_init(struct vrn_context *c, struct vrn_device *d)
 	pthread_mutex_init(&c->call_mu, NULL);
 	pthread_mutex_init(&c->ev_mu, NULL);
 	pthread_mutex_init(&c->obj_mu, NULL);
+	pthread_mutex_init(&c->qp_mu, NULL);
 	pthread_mutex_init(&c->vctx.context.mutex, NULL);
 	c->sock = vrn_connect(d->socket_path);
 	if (c->sock < 0)

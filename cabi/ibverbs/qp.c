@@ -124,6 +124,7 @@ struct vrn_qp *vrn_qp_new(struct ibv_context *context, struct ibv_qp_init_attr_e
 	pthread_mutex_init(&qp->mutex, NULL);
 	pthread_cond_init(&qp->cond, NULL);
 	vrn_obj_set(c, r.qp, q);
+	vrn_qp_link(c, q);
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (err = vrn_qp_ex_init(q, a->send_ops_flags))) {
 		ibv_destroy_qp(qp);
 		errno = err;
@@ -165,6 +166,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	if (err && err != EIO)
 		return err;
 	vrn_obj_set(c, q->handle, NULL);
+	vrn_qp_unlink(c, q);
 	if (q->bell >= 0)
 		close(q->bell);
 	queue_free(&q->sq);

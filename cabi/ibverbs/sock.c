@@ -265,4 +265,5 @@ void vrn_mark_dead(struct vrn_context *c)
 	if (__atomic_exchange_n(&c->dead, 1, __ATOMIC_ACQ_REL))
 		return;
 	signal_events(c);
+	vrn_flush_dead(c);
 }

@@ -49,6 +49,9 @@ struct vrn_context {
 	uint32_t page_size;
 	uint64_t next_id;
 	int dead;                  /* the daemon went away: every call fails */
+	pthread_mutex_t qp_mu;     /* the QP list below, and the flush at death */
+	struct vrn_qp *qps;        /* every live QP, for the flush at death */
+	int flushed;
 	pthread_mutex_t call_mu;   /* one request on the socket at a time */
 	pthread_mutex_t ev_mu;     /* the event queue */
 	struct vrn_event *ev_head, *ev_tail;
@@ -82,6 +85,13 @@ int vrn_call(struct vrn_context *c, uint16_t op, const void *req, size_t reqlen,
 int vrn_read_events(struct vrn_context *c);
 void vrn_queue_event(struct vrn_context *c, uint16_t op, const void *p, uint32_t len);
 void vrn_mark_dead(struct vrn_context *c);
+
+/* fatal.c: after the daemon is gone, the library completes what was posted
+ * (IBV_WC_WR_FLUSH_ERR), so programs that poll see their WRs end. */
+void vrn_check_alive(struct vrn_context *c);
+void vrn_flush_dead(struct vrn_context *c);
+void vrn_qp_link(struct vrn_context *c, struct vrn_qp *q);
+void vrn_qp_unlink(struct vrn_context *c, struct vrn_qp *q);
 
 int vrn_query_port(struct ibv_context *context, uint8_t port, struct ibv_port_attr *out, size_t len);
 
@@ -146,6 +156,7 @@ struct vrn_qp {
 	struct ibv_qp_cap cap;
 	int sq_sig_all;
 	struct vrn_qp_ex *ex; /* qp_ex.c: the WR being built */
+	struct vrn_qp *next;  /* the context's QP list */
 };
 
 struct vrn_srq {

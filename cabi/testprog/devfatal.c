@@ -14,7 +14,7 @@
 
 #define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
 
-int main(void)
+int main(int argc, char **argv)
 {
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -35,8 +35,36 @@ int main(void)
 		FAIL("setup: %s", strerror(errno));
 	if (ibv_req_notify_cq(cq, 0))
 		FAIL("req_notify_cq");
+	struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
+	if (ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		FAIL("modify_qp to INIT");
+	for (uint64_t id = 1; id <= 3; id++) {
+		struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
+		struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad;
+		if (ibv_post_recv(qp, &wr, &bad))
+			FAIL("post_recv");
+	}
 	printf("ready\n");
 	fflush(stdout);
+
+	if (argc > 1 && !strcmp(argv[1], "poll")) {
+		/* A program that only polls: its posted receives must end, flushed. */
+		alarm(20);
+		struct ibv_wc wc;
+		for (uint64_t want = 1; want <= 3;) {
+			int k = ibv_poll_cq(cq, 1, &wc);
+			if (k < 0)
+				FAIL("poll_cq");
+			if (k == 0)
+				continue;
+			if (wc.wr_id != want || wc.status != IBV_WC_WR_FLUSH_ERR)
+				FAIL("completion %llu %s, want %llu flushed", (unsigned long long)wc.wr_id,
+				     ibv_wc_status_str(wc.status), (unsigned long long)want);
+			want++;
+		}
+		printf("ok\n");
+		return 0;
+	}
 
 	struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
 	if (poll(&p, 1, 20000) != 1)
