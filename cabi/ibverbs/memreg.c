@@ -66,7 +66,7 @@ struct vvec {
 struct seg {
 	uint64_t id;
 	int fd;
-	dev_t dev;
+	dev_t dev; /* dev+ino: which VMAs map it */
 	ino_t ino;
 	uintptr_t start; /* where it was created; detach and fork look there */
 	size_t len;
@@ -93,6 +93,7 @@ static struct {
 	size_t pg;
 	struct fpiece *fp;
 	int nfp, fpcap;
+	int fail_map; /* tests: the n-th remap from now fails */
 } R = { .mu = PTHREAD_MUTEX_INITIALIZER, .next_id = 1, .qfd = -1 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -183,12 +184,10 @@ static int vmas_text(uintptr_t lo, uintptr_t hi, struct vvec *vv)
 		return errno;
 	while (!done && !err) {
 		ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			err = errno;
-			break;
-		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return close(fd), errno;
 		have += (size_t)r;
 		buf[have] = 0;
 		char *line = buf, *nl;
@@ -215,19 +214,14 @@ static int vmas_text(uintptr_t lo, uintptr_t hi, struct vvec *vv)
  * or without /proc makes the text path permanent. */
 static bool query_ok(void)
 {
-	if (R.text || R.qfd == -2)
-		return false;
-	if (R.qfd >= 0)
-		return true;
-	R.qfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	struct vrn_procmap_query q = { .size = sizeof q, .query_flags = PQ_COVERING_OR_NEXT };
-	if (R.qfd >= 0 && ioctl(R.qfd, VRN_PROCMAP_QUERY, &q) != 0 && errno != ENOENT) {
-		close(R.qfd);
-		R.qfd = -1;
+	if (R.qfd == -1) {
+		struct vrn_procmap_query q = { .size = sizeof q, .query_flags = PQ_COVERING_OR_NEXT };
+		R.qfd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+		if (R.qfd >= 0 && ioctl(R.qfd, VRN_PROCMAP_QUERY, &q) != 0 && errno != ENOENT)
+			close(R.qfd), R.qfd = -1;
+		R.qfd = R.qfd < 0 ? -2 : R.qfd;
 	}
-	if (R.qfd < 0)
-		R.qfd = -2;
-	return R.qfd >= 0;
+	return !R.text && R.qfd >= 0;
 }
 
 static int vmas_query(uintptr_t lo, uintptr_t hi, struct vvec *vv)
@@ -281,18 +275,16 @@ static struct seg **seg_slot(uint64_t id)
 	return lo < R.n && R.v[lo]->id == id ? &R.v[lo] : NULL;
 }
 
+static bool maps_seg(const struct vma *v, const struct seg *g)
+{
+	return v->shared && v->ino == g->ino && major(g->dev) == v->dmaj && minor(g->dev) == v->dmin;
+}
+
 /* The live segment a shared VMA maps, or NULL when it is not ours. */
 static struct seg *seg_of(const struct vma *v)
 {
 	struct seg **s = v->segid ? seg_slot(v->segid) : NULL;
-	if (!s || (*s)->ino != v->ino || major((*s)->dev) != v->dmaj || minor((*s)->dev) != v->dmin)
-		return NULL;
-	return *s;
-}
-
-static bool maps_seg(const struct vma *v, const struct seg *g)
-{
-	return v->shared && v->ino == g->ino && major(g->dev) == v->dmaj && minor(g->dev) == v->dmin;
+	return s && maps_seg(v, *s) ? *s : NULL;
 }
 
 /* Make g's pages private again with their current contents: map the same
@@ -385,14 +377,9 @@ static void fork_child(void)
 		if (mmap((void *)p->start, p->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
 			 -1, 0) == MAP_FAILED)
 			continue;
-		for (size_t done = 0; done < p->len;) {
-			long r = syscall(SYS_pread64, p->fd, (void *)(p->start + done), p->len - done,
-					 (off_t)(p->off + done));
-			if (r <= 0 && !(r < 0 && errno == EINTR))
-				break;
-			if (r > 0)
-				done += (size_t)r;
-		}
+		long r = 1;
+		for (size_t d = 0; d < p->len && (r > 0 || (r < 0 && errno == EINTR)); d += r > 0 ? (size_t)r : 0)
+			r = syscall(SYS_pread64, p->fd, (void *)(p->start + d), p->len - d, (off_t)(p->off + d));
 		mprotect((void *)p->start, p->len, p->prot);
 	}
 	R.nfp = 0;
@@ -451,8 +438,10 @@ static int exec_runs(const struct run *runs, int nruns, const struct vma *vv)
 		err = copy_in(r->seg->fd, r->start, r->end - r->start);
 		for (int i = r->v0; i <= r->v1 && !err; i++) {
 			uintptr_t s = max_u(r->start, vv[i].start), e = min_u(r->end, vv[i].end);
-			if (mmap((void *)s, e - s, vv[i].prot, MAP_SHARED | MAP_FIXED, r->seg->fd,
-				 (off_t)(s - r->start)) == MAP_FAILED)
+			if (R.fail_map > 0 && --R.fail_map == 0) /* R.mu is held: a .so static */
+				err = ENOMEM;
+			else if (mmap((void *)s, e - s, vv[i].prot, MAP_SHARED | MAP_FIXED, r->seg->fd,
+				      (off_t)(s - r->start)) == MAP_FAILED)
 				err = errno;
 		}
 	}
@@ -485,12 +474,8 @@ static void await_parked(pid_t tid, uintptr_t word)
 		unsigned long a0;
 		if (r > 0 && (buf[r] = 0, sscanf(buf, "%ld %lx", &nr, &a0) == 2) && nr == SYS_futex && a0 == word)
 			return;
-		if (i < 100) {
-			sched_yield();
-		} else {
-			struct timespec ts = { 0, 20000 };
-			nanosleep(&ts, NULL);
-		}
+		struct timespec ts = { 0, i < 100 ? 0 : 20000 };
+		nanosleep(&ts, NULL);
 	}
 	struct timespec ts = { 0, 2000000 }; /* no /proc/.../syscall: best effort */
 	nanosleep(&ts, NULL);
@@ -666,17 +651,12 @@ int vrn_memreg_acquire(void *addr, size_t len, struct vrn_seg_ref *out, int max,
 	int np = 0, nruns = 0;
 	pthread_mutex_lock(&R.mu);
 	int err = plan(lo, hi, &vv, out, max, &np, &runs, &nruns);
-	if (!err && R.n + nruns > R.cap) {
-		int cap = R.cap ? 2 * R.cap : 64;
-		if (cap < R.n + nruns)
-			cap = R.n + nruns;
+	if (!err && R.n + nruns > R.cap) { /* room now: no failure after the remap */
+		int cap = R.n + nruns > 2 * R.cap ? R.n + nruns : 2 * R.cap;
 		struct seg **p = realloc(R.v, (size_t)cap * sizeof *p);
-		if (p) {
-			R.v = p;
-			R.cap = cap;
-		} else {
-			err = ENOMEM;
-		}
+		err = p ? 0 : ENOMEM;
+		R.v = p ? p : R.v;
+		R.cap = p ? cap : R.cap;
 	}
 	for (int i = 0; !err && i < nruns; i++)
 		err = seg_new(&runs[i]);
@@ -738,5 +718,12 @@ void vrn_memreg_force_text_maps(int on)
 	pthread_once(&once, init_once);
 	pthread_mutex_lock(&R.mu);
 	R.text = on != 0;
+	pthread_mutex_unlock(&R.mu);
+}
+
+void vrn_memreg_fail_remap(int nth)
+{
+	pthread_mutex_lock(&R.mu);
+	R.fail_map = nth;
 	pthread_mutex_unlock(&R.mu);
 }

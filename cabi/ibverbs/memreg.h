@@ -100,4 +100,8 @@ int vrn_memreg_segments(void);
  * older kernels take. */
 void vrn_memreg_force_text_maps(int on);
 
+/* Tests: the nth remap from now fails with ENOMEM (0: none), to exercise
+ * the undo path. */
+void vrn_memreg_fail_remap(int nth);
+
 #endif
