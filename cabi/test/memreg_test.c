@@ -297,6 +297,54 @@ static void t_overlap(void)
 	munmap(p, 4 * PG);
 }
 
+/* Is [p, p+len) mapped MAP_SHARED (from a registry segment)? */
+static int is_shared(const void *p)
+{
+	char line[512];
+	uintptr_t a = (uintptr_t)p, s, e;
+	char perms[5];
+	FILE *f = fopen("/proc/self/maps", "r");
+	int shared = -1;
+	while (f && shared < 0 && fgets(line, sizeof line, f))
+		if (sscanf(line, "%lx-%lx %4s", &s, &e, perms) == 3 && s <= a && a < e)
+			shared = perms[3] == 's';
+	if (f)
+		fclose(f);
+	return shared;
+}
+
+/* A remap that fails leaves every byte where it was and nothing shared:
+ * inside a run (3 VMAs of different protection, the 2nd remap fails) and
+ * after a whole run (a reused segment between two new ones). */
+static void t_undo(void)
+{
+	struct vrn_seg_ref r[MAXP], m[MAXP];
+	int n, nm;
+	char *p = mmap(NULL, 5 * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	fill(p, 5 * PG, 16);
+	mprotect(p + PG, PG, PROT_READ);
+	vrn_memreg_fail_remap(2);
+	int rc = vrn_memreg_acquire(p, 3 * PG, r, MAXP, &n);
+	vrn_memreg_fail_remap(0);
+	CHECK(rc == ENOMEM && n == 0);
+	CHECK(holds(p, 5 * PG, 16) && vrn_memreg_segments() == 0);
+	CHECK(is_shared(p) == 0 && is_shared(p + PG) == 0 && is_shared(p + 2 * PG) == 0);
+	p[0] ^= 1; /* still writable, still private */
+	p[0] ^= 1;
+	CHECK(vrn_memreg_acquire(p + 3 * PG, PG, m, MAXP, &nm) == 0);
+	vrn_memreg_fail_remap(4); /* run [0,3): 3 remaps, reused page 3, run [4,5): fails */
+	rc = vrn_memreg_acquire(p, 5 * PG, r, MAXP, &n);
+	vrn_memreg_fail_remap(0);
+	CHECK(rc == ENOMEM);
+	CHECK(holds(p, 5 * PG, 16) && vrn_memreg_segments() == 1 && is_shared(p) == 0 && is_shared(p + 3 * PG) == 1);
+	CHECK(vrn_memreg_acquire(p, 5 * PG, r, MAXP, &n) == 0 && n == 3 && r[1].seg_id == m[0].seg_id);
+	CHECK(holds(p, 5 * PG, 16) && is_shared(p) == 1 && is_shared(p + PG) == 1);
+	vrn_memreg_release(m, nm);
+	vrn_memreg_release(r, n);
+	CHECK(holds(p, 5 * PG, 16) && vrn_memreg_segments() == 0 && is_shared(p + 3 * PG) == 0);
+	munmap(p, 5 * PG);
+}
+
 static void t_fork(void)
 {
 	struct vrn_seg_ref r[MAXP];
@@ -573,6 +621,7 @@ int main(int argc, char **argv)
 	RUN(t_own_stack, "the caller's own stack array");
 	RUN(t_other_stack, "another thread's stack");
 	RUN(t_overlap, "overlapping registrations, reuse, E2BIG, last-reference release");
+	RUN(t_undo, "a failing remap (inside a run, after a run) leaves memory intact and private");
 	RUN(t_fork, "fork: child's own copy, parent's registration intact");
 	RUN(t_refused, "refused: unmapped, PROT_NONE, MAP_SHARED file/anon/foreign memfd");
 	RUN(t_concurrent, "concurrency: 2 threads x 1000 register/release, disjoint + overlapping");
