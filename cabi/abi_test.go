@@ -18,6 +18,10 @@ import (
 // ../lib/vrnicd/libibverbs.so.1 (a scratch build, say).
 const libEnv = "VRNIC_CABI_IBVERBS"
 
+// preloadEnv names libraries to preload into every program (the
+// sanitizers' runtimes, for a sanitized build: make cabi-sanitize).
+const preloadEnv = "VRNIC_CABI_PRELOAD"
+
 // loaderErrors are what the dynamic loader (or Python's import, which
 // relays dlerror) says when a symbol@version or a library is missing.
 var loaderErrors = []string{
@@ -190,7 +194,14 @@ func loadEnv(libDir string, extra ...string) []string {
 		}
 	}
 	// LC_ALL=C: the loader's messages are translated otherwise.
-	return append(append(env, "LD_LIBRARY_PATH="+libDir, "LD_BIND_NOW=1", "LC_ALL=C"), extra...)
+	env = append(env, "LD_LIBRARY_PATH="+libDir, "LD_BIND_NOW=1", "LC_ALL=C")
+	if p := os.Getenv(preloadEnv); p != "" {
+		// A sanitized build: its runtimes first, leaks not reported (the
+		// programs' own), any error fatal.
+		env = append(env, "LD_PRELOAD="+p, "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=99",
+			"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=99")
+	}
+	return append(env, extra...)
 }
 
 // run runs argv with env and stdin from /dev/null, killed after 5 s. It

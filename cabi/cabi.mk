@@ -14,7 +14,7 @@ IBV_SRCS     := $(sort $(wildcard cabi/ibverbs/*.c))
 IBV_OBJS     := $(IBV_SRCS:cabi/%.c=$(CABI_OUT)/%.o)
 IBV_HDRS     := $(wildcard cabi/ibverbs/*.h) cabi/include/vrnic_abi.h
 
-.PHONY: cabi cabi-test
+.PHONY: cabi cabi-test cabi-sanitize
 
 cabi: $(CABI_LIBDIR)/libibverbs.so.1
 
@@ -36,3 +36,26 @@ $(CABI_LIBDIR)/libibverbs.so.1: $(IBV_OBJS) $(CABI_OUT)/libibverbs.map
 # The C tests (the memory registry, under ASan/UBSan, + its timings).
 cabi-test:
 	cabi/test/run.sh
+
+# The whole library again under AddressSanitizer and UBSan, for the Go
+# tests that run Debian's programs on it (cabi-sanitize): a program loads
+# it with the sanitizers' runtimes preloaded, as an unsanitized binary must.
+CABI_SAN_OUT   := out/cabi-san
+CABI_SAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+IBV_SAN_OBJS   := $(IBV_SRCS:cabi/%.c=$(CABI_SAN_OUT)/%.o)
+
+$(CABI_SAN_OUT)/ibverbs/%.o: cabi/ibverbs/%.c $(IBV_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CABI_CPPFLAGS) $(CABI_SAN_FLAGS) $(CABI_WARN) -fPIC -pthread -c -o $@ $<
+
+$(CABI_SAN_OUT)/lib/libibverbs.so.1: $(IBV_SAN_OBJS) $(CABI_OUT)/libibverbs.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -pthread $(CABI_SAN_FLAGS) -Wl,-soname,libibverbs.so.1 \
+		-Wl,--version-script=$(CABI_OUT)/libibverbs.map -Wl,--no-undefined-version -Wl,-z,now -o $@ $(IBV_SAN_OBJS)
+
+# cabi-sanitize: Debian's programs and the test programs on the sanitized
+# library (any ASan or UBSan report fails the test).
+cabi-sanitize: $(CABI_SAN_OUT)/lib/libibverbs.so.1
+	VRNIC_CABI_IBVERBS=$(CURDIR)/$(CABI_SAN_OUT)/lib/libibverbs.so.1 \
+	VRNIC_CABI_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
+		$(GO) test -count=1 -run 'Pingpong|Perftest|DaemonGone|Pyverbs|Mixed|Devinfo|Fork' ./cabi/
