@@ -32,8 +32,8 @@ demo: binaries
 # vrnic-perf between two daemons in network namespaces (raw mode at MTU
 # 9000 and 1500, 1 % loss, TAP mode), one table of each figure beside the
 # link's (root; a few minutes). Figures are printed, never judged.
-perf:
-	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-perf ./cmd/vrnic-linkbench
+perf: cabi
+	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-perf ./cmd/vrnic-linkbench ./cmd/vrnic-run
 	./scripts/perf.sh
 
 # test: formatting, vet, then every test under the race detector. Tests that
@@ -82,7 +82,7 @@ bench:
 # The harness's own tests run first so that the suite's summary, figures
 # and failure digests end the log (CI shows its tail); scripts/failtail
 # repeats what any failed test logged after them.
-interop:
+interop: cabi
 	./interop/vm/build
 	scripts/failtail $(GO) test -count=1 -v -timeout 5m ./interop/rxepeer/
 	scripts/failtail $(GO) test -count=1 -v -timeout 20m ./interop/

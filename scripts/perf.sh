@@ -8,7 +8,9 @@
 #    the sizes vrnicd sends (sendmmsg of 32 into a TPACKET_V3 ring) and
 #    bounces single frames (sleeping reads) for the half round trip.
 # 2. Two raw-mode daemons: vrnic-perf write_bw, read_bw, send_bw (1 and 4
-#    QPs), write_lat, send_lat; then with --workers 2 (4 QPs), and with
+#    QPs), write_lat, send_lat; Debian's ib_write_bw, ib_send_bw and
+#    ib_write_lat under vrnic-run (the drop-in libibverbs) on the same
+#    daemons, and ibv_reg_mr's cost; then with --workers 2 (4 QPs), and with
 #    --busy-poll 0 (what the default busy poll is worth).
 # 3. The link again (before and after are both shown; the better is the
 #    reference), then MTU 1500, a TAP-mode pair over bridges, and a run with
@@ -259,6 +261,63 @@ daemon_suite() { # PREFIX
 	}
 }
 
+# --- Debian's programs on the drop-in libibverbs ----------------------------
+
+# dropin KEY PROGRAM SERVER-ADDR ARGS...: perf, with Debian's perftest
+# PROGRAM (ib_write_bw, ...) run unmodified under vrnic-run on the same
+# daemons; -x 1 is the IPv4-mapped GID, which vrnic-perf picks by default.
+dropin() {
+	local key=$1 prog=$2 addr=$3 srv out line
+	shift 3
+	printf -- '-- vrnic-run %s %s\n' "$prog" "$*"
+	ip netns exec "$B" timeout 120 "$BIN/vrnic-run" --socket "$RUN/b.sock" "$prog" -x 1 "$@" >"$RUN/srv.txt" 2>&1 &
+	srv=$!
+	others+=($srv)
+	sleep 0.5
+	if ! out=$(ip netns exec "$A" timeout 120 "$BIN/vrnic-run" --socket "$RUN/a.sock" "$prog" -x 1 "$@" "$addr" 2>&1); then
+		tail -5 <<<"$out"
+		echo "perf: $prog failed (figure left out)"
+		stop_pids "$srv"
+		return 0
+	fi
+	wait "$srv" 2>/dev/null || true
+	health
+	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
+	echo "$line"
+	case $prog in
+	*_bw)
+		R[$key]=$(awk '{ print $4 }' <<<"$line")
+		R[$key.mpps]=$(awk '{ print $5 }' <<<"$line")
+		;;
+	*_lat) R[$key]=$(awk '{ print $5 }' <<<"$line") ;;
+	esac
+}
+
+# dropin_suite: the three programs the issue names, then what ibv_reg_mr
+# costs (cabi/testprog/regbench.c) beside a memcpy of the same size.
+dropin_suite() {
+	if ! command -v ib_write_bw >/dev/null || [ ! -x "$BIN/vrnic-run" ] || [ ! -f "$ROOT/lib/vrnicd/libibverbs.so.1" ]; then
+		echo "perf: perftest, bin/vrnic-run or lib/vrnicd/libibverbs.so.1 missing: drop-in rows left out"
+		return 0
+	fi
+	step "Debian's perftest under vrnic-run (the drop-in libibverbs), the same daemons"
+	# shellcheck disable=SC2046
+	dropin dropin.write_bw ib_write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+	# shellcheck disable=SC2046
+	dropin dropin.send_bw ib_send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+	dropin dropin.write_lat ib_write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+	if cc -std=c11 -O2 -o "$RUN/regbench" "$ROOT/cabi/testprog/regbench.c" -libverbs 2>"$RUN/cc.err"; then
+		local l
+		while read -r l; do
+			set -- $l
+			R[reg.$2.us]=$3 R[reg.$2.dereg]=$4 R[reg.$2.memcpy]=$5
+			echo "ibv_reg_mr $2 B: ${3} us (dereg ${4} us), memcpy ${5} us"
+		done < <(ip netns exec "$A" "$BIN/vrnic-run" --socket "$RUN/a.sock" "$RUN/regbench" 20 | grep '^regbench')
+	else
+		echo "perf: regbench did not build: $(head -3 "$RUN/cc.err")"
+	fi
+}
+
 # --- TAP pair -------------------------------------------------------------
 
 # tap_pair: each namespace gets a bridge holding its veth end and the
@@ -351,6 +410,7 @@ lb_lat link.spin.wo8 write_only 8 --spin
 step "raw-mode daemons, MTU 9000"
 start_raw
 daemon_suite raw
+dropin_suite
 stop_daemons
 
 step "raw-mode daemons with --workers 2 (a PACKET_FANOUT socket per worker), MTU 9000, 4 QPs"
@@ -471,6 +531,12 @@ row "send_lat 8 B (t_typical)" "${R[raw.send_lat]:-}" "us" "$L_SO8" "median half
 # cannot wait): the link into such a ring, polled, beside the daemons.
 row "write_bw 1 QP, link V2 rx polled" "${R[raw.write_bw.q1]:-}" "Gb/s" "${R[link.v2spin.wm4096.gbps]:-}" "payload Gb/s, the link into a polled TPACKET_V2 ring"
 row "send_bw 1 QP, link V2 rx polled" "${R[raw.send_bw.q1.mpps]:-}" "M msg/s" "${R[link.v2spin.so64.mpps]:-}" "Mpps, the link into a polled TPACKET_V2 ring"
+echo "-- Debian's perftest under vrnic-run, the same daemons (ratio = drop-in ÷ vrnic-perf; latency: above 1 is slower)"
+row "ib_write_bw 64 KiB, 1 QP" "${R[dropin.write_bw]:-}" "Gb/s" "${R[raw.write_bw.q1]:-}" "vrnic-perf write_bw"
+row "ib_send_bw 64 B, 1 QP" "${R[dropin.send_bw.mpps]:-}" "M msg/s" "${R[raw.send_bw.q1.mpps]:-}" "vrnic-perf send_bw"
+row "ib_write_lat 8 B (t_typical)" "${R[dropin.write_lat]:-}" "us" "${R[raw.write_lat]:-}" "vrnic-perf write_lat"
+row "ibv_reg_mr 1 MiB" "${R[reg.1048576.us]:-}" "us" "${R[reg.1048576.memcpy]:-}" "memcpy of 1 MiB (us)"
+row "ibv_reg_mr 16 MiB" "${R[reg.16777216.us]:-}" "us" "${R[reg.16777216.memcpy]:-}" "memcpy of 16 MiB (us)"
 echo "-- raw-mode daemons, MTU 9000, --workers 2 (fanout)"
 row "write_bw 64 KiB, 4 QPs" "${R[w2.write_bw.q4]:-}" "Gb/s" "$L_WM" "payload Gb/s, $(lk link.before.wm4096)"
 row "send_bw 64 B, 4 QPs" "${R[w2.send_bw.q4.mpps]:-}" "M msg/s" "$L_SO" "Mpps, $(lk link.before.so64)"
