@@ -143,3 +143,14 @@ install-check:
 	./scripts/install-check
 
 include cabi/cabi.mk
+
+# deps: the Debian packages the build and the tests use (what .ci/run
+# installs): rdma-core's headers and programs for the drop-in library and
+# its tests, nftables for the loss tests, QEMU and friends for make interop.
+DEBIAN_DEPS := git make gcc binutils iproute2 nftables iputils-ping tshark qemu-system-x86 xz-utils cpio \
+	busybox-static systemd util-linux zsh fish groff-base \
+	libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest python3-pyverbs
+.PHONY: deps
+deps:
+	apt-get install -y -qq --no-install-recommends $(DEBIAN_DEPS) || \
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEBIAN_DEPS); }

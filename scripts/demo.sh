@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: two vrnicd daemons in two network namespaces, an RC ping-pong,
-# an rping over rdma_cm and an RDMA WRITE bandwidth run between them, then
-# cleanup.
+# an rping over rdma_cm, an RDMA WRITE bandwidth run, and Debian's own
+# ibv_devinfo and ibv_rc_pingpong under vrnic-run between them, then cleanup.
 #
 #   namespace vrdemoA-PID                      namespace vrdemoB-PID
 #   vrnicd --iface tap:vrtapA (TAP mode)       vrnicd --iface vdB (raw mode)
@@ -104,6 +104,22 @@ if [ -x "$BIN/vrnic-perf" ]; then
 	sleep 0.3
 	ip netns exec "$A" timeout 120 "$BIN/vrnic-perf" write_bw --socket "$RUN/a.sock" -x 1 -n "$BW_ITERS" 192.0.2.2
 	wait "$srv"
+fi
+
+if [ -x "$BIN/vrnic-run" ] && command -v ibv_rc_pingpong >/dev/null; then
+	step "Debian's own ibv_devinfo and ibv_rc_pingpong, unmodified, on vrnicd (vrnic-run: the drop-in libibverbs)"
+	ip netns exec "$A" "$BIN/vrnic-run" --socket "$RUN/a.sock" ibv_devinfo | head -20
+	ip netns exec "$B" timeout 60 "$BIN/vrnic-run" --socket "$RUN/b.sock" ibv_rc_pingpong -g 1 -n "$ITERS" -c $PPFLAGS \
+		>"$RUN/dpp-server.txt" 2>&1 &
+	srv=$!
+	pids+=($srv)
+	sleep 0.3
+	ip netns exec "$A" timeout 60 "$BIN/vrnic-run" --socket "$RUN/a.sock" ibv_rc_pingpong -g 1 -n "$ITERS" -c $PPFLAGS 192.0.2.2
+	wait "$srv"
+	echo "-- server side:"
+	cat "$RUN/dpp-server.txt"
+else
+	step "Debian's programs on vrnicd: skipped (apt-get install ibverbs-utils, then make binaries)"
 fi
 
 step "counters"
