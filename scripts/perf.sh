@@ -179,7 +179,7 @@ stop_daemons() {
 # client in A; R[KEY] is the client's figure: Gb/s (bw), M msg/s (bw,
 # KEY.mpps) or t_typical in us (lat).
 perf() {
-	local key=$1 t=$2 addr=$3 srv out line
+	local key=$1 t=$2 addr=$3 srv out
 	shift 3
 	printf -- '-- vrnic-perf %s %s\n' "$t" "$*"
 	ip netns exec "$B" timeout 120 "$BIN/vrnic-perf" "$t" --socket "$RUN/b.sock" "$@" >"$RUN/srv.txt" 2>&1 &
@@ -194,14 +194,21 @@ perf() {
 	fi
 	wait "$srv" 2>/dev/null || true
 	health
-	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
+	keep "$key" "$t" "$out"
+}
+
+# keep KEY TEST OUTPUT: R[KEY] (and R[KEY.mpps]) from a perftest report,
+# vrnic-perf's or perftest's own: Gb/s and M msg/s (bw) or t_typical (lat).
+keep() {
+	local line
+	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$3")
 	echo "$line"
-	case $t in
+	case $2 in
 	*_bw)
-		R[$key]=$(awk '{ print $4 }' <<<"$line")
-		R[$key.mpps]=$(awk '{ print $5 }' <<<"$line")
+		R[$1]=$(awk '{ print $4 }' <<<"$line")
+		R[$1.mpps]=$(awk '{ print $5 }' <<<"$line")
 		;;
-	*_lat) R[$key]=$(awk '{ print $5 }' <<<"$line") ;;
+	*_lat) R[$1]=$(awk '{ print $5 }' <<<"$line") ;;
 	esac
 }
 
@@ -267,7 +274,7 @@ daemon_suite() { # PREFIX
 # PROGRAM (ib_write_bw, ...) run unmodified under vrnic-run on the same
 # daemons; -x 1 is the IPv4-mapped GID, which vrnic-perf picks by default.
 dropin() {
-	local key=$1 prog=$2 addr=$3 srv out line
+	local key=$1 prog=$2 addr=$3 srv out
 	shift 3
 	printf -- '-- vrnic-run %s %s\n' "$prog" "$*"
 	ip netns exec "$B" timeout 120 "$BIN/vrnic-run" --socket "$RUN/b.sock" "$prog" -x 1 "$@" >"$RUN/srv.txt" 2>&1 &
@@ -282,15 +289,7 @@ dropin() {
 	fi
 	wait "$srv" 2>/dev/null || true
 	health
-	line=$(awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
-	echo "$line"
-	case $prog in
-	*_bw)
-		R[$key]=$(awk '{ print $4 }' <<<"$line")
-		R[$key.mpps]=$(awk '{ print $5 }' <<<"$line")
-		;;
-	*_lat) R[$key]=$(awk '{ print $5 }' <<<"$line") ;;
-	esac
+	keep "$key" "$prog" "$out"
 }
 
 # dropin_suite: the three programs the issue names, then what ibv_reg_mr
