@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,17 +41,36 @@ type tool struct {
 	ns     string // a network namespace to run in (ip netns exec), "" for here
 }
 
-func (tl tool) command(ctx context.Context, argv ...string) (*exec.Cmd, *bytes.Buffer) {
+// output collects a program's stdout and stderr; safe to read while the
+// program runs.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+func (tl tool) command(ctx context.Context, argv ...string) (*exec.Cmd, *output) {
 	if tl.ns != "" {
 		argv = append([]string{"ip", "netns", "exec", tl.ns}, argv...)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = loadEnv(tl.libDir, "VRNICD_SOCKET="+tl.socket)
-	var buf bytes.Buffer
-	cmd.Stdout = &buf
-	cmd.Stderr = &buf
+	buf := &output{}
+	cmd.Stdout = buf
+	cmd.Stderr = buf
 	cmd.WaitDelay = time.Second
-	return cmd, &buf
+	return cmd, buf
 }
 
 // run runs argv to its end (at most d).
