@@ -17,6 +17,8 @@
 #include "ring.h"
 #include "vrn.h"
 
+void vrn_cq_ex_resized(struct vrn_cq *cq); /* cq_ex.c */
+
 void *vrn_ring_new(struct vrn_context *c, size_t size, int *fd)
 {
 	*fd = memfd_create("vrnic-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -345,6 +347,7 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	cq->ring_size = size;
 	cq->entries = entries;
 	cq->head = 0;
+	vrn_cq_ex_resized(cq);
 	ibcq->cqe = (int)entries;
 	pthread_spin_unlock(&cq->lock);
 	return 0;

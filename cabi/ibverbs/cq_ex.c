@@ -34,6 +34,16 @@ static int take(struct vrn_cq *cq)
 	return 0;
 }
 
+/* ibv_resize_cq moved the CQ to a new ring, indexed from 0: the producer
+ * index take() keeps is the old ring's. Caller holds cq->lock. */
+void vrn_cq_ex_resized(struct vrn_cq *cq)
+{
+	if (cq->ex) {
+		cq->ex->tail = 0;
+		cq->ex->cur = NULL;
+	}
+}
+
 static int start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 {
 	struct vrn_cq *cq = cx(c);
