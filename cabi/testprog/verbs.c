@@ -516,6 +516,50 @@ static void check_imm(const char *what, unsigned flags, __be32 imm)
 	CHECK(be32toh(imm) == 0xdead0102, "%s: be32toh(imm_data) %#x", what, be32toh(imm));
 }
 
+/* ---- asynchronous events ---------------------------------------------- */
+
+static int readable(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	int n = poll(&p, 1, ms);
+	CHECK(n >= 0, "poll: %s", strerror(errno));
+	return n == 1 && (p.revents & POLLIN);
+}
+
+/* drain_async takes the events that wait (O_NONBLOCK), reporting them. */
+static void drain_async(struct ibv_context *ctx)
+{
+	int fl = fcntl(ctx->async_fd, F_GETFL);
+	CHECK(fl >= 0 && fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK on async_fd");
+	struct ibv_async_event ev;
+	while (ibv_get_async_event(ctx, &ev) == 0) {
+		printf("# %s: earlier async event %s\n", case_name, ibv_event_type_str(ev.event_type));
+		ibv_ack_async_event(&ev);
+	}
+	CHECK(errno == EAGAIN, "ibv_get_async_event, O_NONBLOCK, nothing waiting: %s, want EAGAIN", strerror(errno));
+	CHECK(fcntl(ctx->async_fd, F_SETFL, fl) == 0, "fcntl");
+}
+
+/* wait_event: the next event of type t within ms (1), or 0; other events
+ * are reported and skipped. */
+static int wait_event(struct ibv_context *ctx, enum ibv_event_type t, int ms, struct ibv_async_event *out)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+	for (;;) {
+		int left = (int)(end - now_ms());
+		if (left < 0 || !readable(ctx->async_fd, left))
+			return 0;
+		struct ibv_async_event ev;
+		ZERO(ibv_get_async_event(ctx, &ev));
+		ibv_ack_async_event(&ev);
+		if (ev.event_type == t) {
+			*out = ev;
+			return 1;
+		}
+		printf("# %s: async event %s\n", case_name, ibv_event_type_str(ev.event_type));
+	}
+}
+
 /* ---- setup ------------------------------------------------------------ */
 
 static void gidstr(const union ibv_gid *g, char *s)
@@ -1466,7 +1510,7 @@ static void c_mw_type1(void)
 	struct ibv_mw *mw = alloc_mw(&dev[1], IBV_MW_TYPE_1);
 	uint32_t old = mw->rkey;
 	uint8_t *win = bufB + 300000;
-	memset(win - 4096, 0, 3 * 4096);
+	memset(win - 4096, 0, 4 * 4096);
 	struct ibv_mw_bind b = {.wr_id = 70, .send_flags = IBV_SEND_SIGNALED};
 	b.bind_info.mr = mrB;
 	b.bind_info.addr = (uintptr_t)win;
@@ -1485,6 +1529,18 @@ static void c_mw_type1(void)
 	CHECK(same(bufA + 8192, 100, 30, 3996), "a READ through the window");
 	/* the MR's own key still reaches the MR */
 	rdma(&q.a, IBV_WR_RDMA_WRITE, bufA, 16, mrA, (uintptr_t)win - 16, mrB->rkey);
+	/* bound again, to the next page: a new key */
+	uint32_t first = mw->rkey;
+	b.wr_id = 71;
+	b.bind_info.addr = (uintptr_t)win + 4096;
+	ZERO(ibv_bind_mw(q.b.qp, mw, &b));
+	expect(q.b.scq, "ibv_bind_mw (again)", 71, IBV_WC_BIND_MW, q.b.qp, NULL);
+	CHECK(mw->rkey != first && (mw->rkey >> 8) == (first >> 8), "rkey after a second bind %#x (was %#x)", mw->rkey,
+	      first);
+	win += 4096;
+	fill(bufA, 4096, 33);
+	rdma(&q.a, IBV_WR_RDMA_WRITE, bufA, 4096, mrA, (uintptr_t)win, mw->rkey);
+	CHECK(same(win, 4096, 33, 0) && same(win - 4096, 4096, 30, 0), "a WRITE through the window bound again");
 	/* ibv_bind_mw is for type 1 only */
 	struct ibv_mw *mw2 = alloc_mw(&dev[1], IBV_MW_TYPE_2);
 	CHECK(ibv_bind_mw(q.b.qp, mw2, &b) != 0, "ibv_bind_mw of a type 2 window succeeded");
@@ -1800,12 +1856,23 @@ static void c_mr_access(void)
 	CHECK(m, "ibv_reg_mr(REMOTE_READ): %s", strerror(errno));
 	struct pair q;
 	new_pair(&q, &(struct qpopt){0}, NULL);
+	drain_async(dev[1].ctx);
 	rdma(&q.a, IBV_WR_RDMA_READ, bufA, 4096, mrA, (uintptr_t)p, m->rkey);
 	CHECK(same(bufA, 4096, 110, 0), "READ from a REMOTE_READ MR");
 	enum ibv_wc_status st = write_status(&q.a, bufA, 8, mrA, (uintptr_t)p, m->rkey);
 	CHECK(st == IBV_WC_REM_ACCESS_ERR, "a WRITE to an MR without REMOTE_WRITE: %s, want REM_ACCESS_ERR",
 	      ibv_wc_status_str(st));
 	CHECK(same(p, 4096, 110, 0), "a refused WRITE changed memory");
+	/* the responder's QP reports it: IBV_EVENT_QP_ACCESS_ERR, and is in ERR */
+	struct ibv_async_event ev;
+	CHECK(wait_event(dev[1].ctx, IBV_EVENT_QP_ACCESS_ERR, 5000, &ev),
+	      "no IBV_EVENT_QP_ACCESS_ERR on the responder in 5 s");
+	CHECK(ev.element.qp == q.b.qp, "QP_ACCESS_ERR names QP %p, want the responder's %p", (void *)ev.element.qp,
+	      (void *)q.b.qp);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	ZERO(ibv_query_qp(q.b.qp, &qa, IBV_QP_STATE, &qi));
+	CHECK(qa.qp_state == IBV_QPS_ERR, "the responder's QP after QP_ACCESS_ERR: state %d", qa.qp_state);
 	free_pair(&q);
 	ZERO(ibv_dereg_mr(m));
 	free(p);
@@ -1976,12 +2043,35 @@ static void c_cq_resize_ex(void)
 	ZERO(ibv_destroy_cq(rcq));
 }
 
-static int readable(int fd, int ms)
+/* A CQ armed before ibv_resize_cq: the next completion still raises the
+ * event (the request for it is the CQ's, not its buffer's). */
+static void c_channel_resize(void)
 {
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	int n = poll(&p, 1, ms);
-	CHECK(n >= 0, "poll: %s", strerror(errno));
-	return n == 1 && (p.revents & POLLIN);
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(dev[1].ctx);
+	CHECK(ch, "ibv_create_comp_channel: %s", strerror(errno));
+	struct ibv_cq *cq = ibv_create_cq(dev[1].ctx, 16, NULL, ch, 0);
+	CHECK(cq, "ibv_create_cq: %s", strerror(errno));
+	struct pair q;
+	new_pair(&q, &(struct qpopt){0}, &(struct qpopt){.rcq = cq});
+	post_recv(q.b.qp, 310, bufB, 64, mrB);
+	post_recv(q.b.qp, 311, bufB, 64, mrB);
+	sends(&q.a, 0, 1); /* one pending across the resize */
+	ZERO(ibv_req_notify_cq(cq, 0));
+	ZERO(ibv_resize_cq(cq, 256));
+	expect(cq, "the completion carried over", 310, IBV_WC_RECV, q.b.qp, NULL);
+	sends(&q.a, 1, 1);
+	struct ibv_cq *ecq;
+	void *ectx;
+	int got = readable(ch->fd, 2000);
+	if (got) {
+		ZERO(ibv_get_cq_event(ch, &ecq, &ectx));
+		ibv_ack_cq_events(ecq, 1);
+	}
+	expect(cq, "after the resize", 311, IBV_WC_RECV, q.b.qp, NULL);
+	free_pair(&q);
+	ZERO(ibv_destroy_cq(cq));
+	ZERO(ibv_destroy_comp_channel(ch));
+	CHECK(got, "a CQ armed before ibv_resize_cq raised no event for its next completion");
 }
 
 /* Two CQs on one channel: each event names its CQ; one event per arming;
@@ -2160,42 +2250,14 @@ static void c_srq_resize(void)
 	expect_none(srq_cq, 10, "SRQ");
 }
 
-static const char *evstr(enum ibv_event_type t) { return ibv_event_type_str(t); }
-
-/* drain_async takes the events that wait (O_NONBLOCK), reporting them. */
-static void drain_async(struct ibv_context *ctx)
-{
-	int fl = fcntl(ctx->async_fd, F_GETFL);
-	CHECK(fl >= 0 && fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0, "O_NONBLOCK on async_fd");
-	struct ibv_async_event ev;
-	while (ibv_get_async_event(ctx, &ev) == 0) {
-		printf("# async event before the SRQ limit case: %s\n", evstr(ev.event_type));
-		CHECK(ev.event_type != IBV_EVENT_SRQ_LIMIT_REACHED, "SRQ_LIMIT_REACHED before any limit was armed");
-		ibv_ack_async_event(&ev);
-	}
-	CHECK(errno == EAGAIN, "ibv_get_async_event, O_NONBLOCK, nothing waiting: %s, want EAGAIN", strerror(errno));
-	CHECK(fcntl(ctx->async_fd, F_SETFL, fl) == 0, "fcntl");
-}
-
-/* next_srq_event: the SRQ limit event, or 0 within ms; other events are
- * reported and skipped. */
+/* srq_limit_event: SRQ_LIMIT_REACHED for our SRQ within ms. */
 static int srq_limit_event(struct ibv_context *ctx, int ms)
 {
-	uint64_t end = now_ms() + (uint64_t)ms;
-	for (;;) {
-		int left = (int)(end - now_ms());
-		if (left < 0 || !readable(ctx->async_fd, left))
-			return 0;
-		struct ibv_async_event ev;
-		ZERO(ibv_get_async_event(ctx, &ev));
-		ibv_ack_async_event(&ev);
-		if (ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED) {
-			CHECK(ev.element.srq == srq, "SRQ_LIMIT_REACHED names SRQ %p, want %p", (void *)ev.element.srq,
-			      (void *)srq);
-			return 1;
-		}
-		printf("# async event: %s\n", evstr(ev.event_type));
-	}
+	struct ibv_async_event ev;
+	if (!wait_event(ctx, IBV_EVENT_SRQ_LIMIT_REACHED, ms, &ev))
+		return 0;
+	CHECK(ev.element.srq == srq, "SRQ_LIMIT_REACHED names SRQ %p, want %p", (void *)ev.element.srq, (void *)srq);
+	return 1;
 }
 
 static void c_srq_limit(void)
@@ -2228,6 +2290,27 @@ static void c_srq_limit(void)
 	expect(S1.a.scq, "sender", 703, IBV_WC_SEND, S1.a.qp, NULL);
 	expect(srq_cq, "SRQ receive", 603, IBV_WC_RECV, S1.b.qp, NULL);
 	CHECK(!srq_limit_event(ctx, 100), "a second SRQ_LIMIT_REACHED without arming");
+}
+
+/* A QP of an SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED (IBA
+ * 10.2.9.5, as rxe's flush_recv_queue), after which it may be destroyed. */
+static void c_srq_last_wqe(void)
+{
+	CHECK(srq, "no SRQ");
+	struct ibv_context *ctx = dev[1].ctx;
+	drain_async(ctx);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	ZERO(ibv_modify_qp(S2.b.qp, &a, IBV_QP_STATE));
+	struct ibv_async_event ev;
+	if (!wait_event(ctx, IBV_EVENT_QP_LAST_WQE_REACHED, 2000, &ev))
+		skip("no IBV_EVENT_QP_LAST_WQE_REACHED in 2 s after an SRQ QP went to ERR (the daemon never raises it)");
+	CHECK(ev.element.qp == S2.b.qp, "QP_LAST_WQE_REACHED names QP %p, want %p", (void *)ev.element.qp,
+	      (void *)S2.b.qp);
+	/* the SRQ's other QP goes on */
+	post_srq_recv(srq, 650, bufB, 64, mrB);
+	send_op(&S1.a, IBV_WR_SEND, 710, bufA, 8, mrA, 0, 0);
+	expect(S1.a.scq, "sender", 710, IBV_WC_SEND, S1.a.qp, NULL);
+	expect(srq_cq, "SRQ receive", 650, IBV_WC_RECV, S1.b.qp, NULL);
 }
 
 static void c_srq_teardown(void)
@@ -2549,9 +2632,11 @@ int main(int argc, char **argv)
 	run("cq_resize_busy", c_cq_resize_busy);
 	run("cq_resize_ex", c_cq_resize_ex);
 	run("channel", c_channel);
+	run("channel_resize", c_channel_resize);
 	run("srq", c_srq);
 	run("srq_resize", c_srq_resize);
 	run("srq_limit", c_srq_limit);
+	run("srq_last_wqe", c_srq_last_wqe);
 	run("srq_teardown", c_srq_teardown);
 	run("query_qp", c_query_qp);
 	run("ud", c_ud);
