@@ -1982,6 +1982,16 @@ static void c_cq_resize(void)
 	for (uint64_t i = 20; i < 25; i++)
 		expect(rcq, "after shrinking", i, IBV_WC_RECV, q.b.qp, NULL);
 	expect_none(rcq, 10, "after shrinking");
+	/* smaller than what is pending: refused, nothing lost */
+	for (int i = 0; i < 6; i++)
+		post_recv(q.b.qp, 30 + (uint64_t)i, bufB + 64 * i, 64, mrB);
+	sends(&q.a, 30, 6);
+	int cqe = rcq->cqe;
+	CHECK(ibv_resize_cq(rcq, 2) != 0, "ibv_resize_cq to 2 with 6 completions pending succeeded");
+	CHECK(rcq->cqe == cqe, "cqe %d after a refused resize, was %d", rcq->cqe, cqe);
+	for (uint64_t i = 30; i < 36; i++)
+		expect(rcq, "after a refused resize", i, IBV_WC_RECV, q.b.qp, NULL);
+	expect_none(rcq, 10, "after a refused resize");
 	free_pair(&q);
 	ZERO(ibv_destroy_cq(rcq));
 }
@@ -2218,6 +2228,10 @@ static void c_srq_resize(void)
 	/* 8..15 still posted: 4..7 from c_srq, then 4 more */
 	for (int i = 8; i < 12; i++)
 		post_srq_recv(srq, (uint64_t)i, bufB + 256 * i, 256, mrB);
+	struct ibv_srq_attr small = {.max_wr = 4};
+	CHECK(ibv_modify_srq(srq, &small, IBV_SRQ_MAX_WR) != 0, "resizing an SRQ holding 8 WRs to 4 succeeded");
+	struct ibv_srq_attr lim = {.srq_limit = 1000};
+	CHECK(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) != 0, "an SRQ limit over max_wr was taken");
 	struct ibv_srq_attr a = {.max_wr = 64};
 	ZERO(ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR));
 	struct ibv_srq_attr qa;
@@ -2437,6 +2451,11 @@ static void c_ud(void)
 	ZERO(ibv_init_ah_from_wc(dev[0].ctx, 1, &wc, (struct ibv_grh *)(void *)(bufA + 100000), &ra));
 	CHECK(!memcmp(&ra.grh.dgid, &dev[1].gid, 16) && ra.grh.sgid_index == dev[0].gidx,
 	      "the reply's ibv_init_ah_from_wc: dgid or sgid_index %d", ra.grh.sgid_index);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	ZERO(ibv_query_qp(ub.qp, &qa, IBV_QP_STATE | IBV_QP_QKEY, &qi));
+	CHECK(qa.qp_state == IBV_QPS_RTS && qa.qkey == QKEY && qi.qp_type == IBV_QPT_UD,
+	      "ibv_query_qp of a UD QP: state %d qkey %#x type %d", qa.qp_state, qa.qkey, qi.qp_type);
 	/* a wrong Q_Key is dropped: nothing arrives */
 	post_recv(ub.qp, 802, bufB, 40 + 4096, mrB);
 	struct ibv_sge s = {.addr = (uintptr_t)bufA, .length = 8, .lkey = mrA->lkey};
@@ -2448,6 +2467,35 @@ static void c_ud(void)
 	post(&ua, &wr);
 	expect(ua.scq, "UD sender (wrong Q_Key)", 92, IBV_WC_SEND, ua.qp, NULL);
 	expect_none(ub.rcq, 50, "a datagram with the wrong Q_Key");
+	/* a UD QP of ibv_create_qp_ex: ibv_wr_send + ibv_wr_set_ud_addr */
+	struct end ux;
+	struct qpopt ox = o;
+	ox.ex = 1;
+	make_qp(&ux, &dev[0], &ox);
+	to_init(&ux);
+	to_rtr(&ux, &ub);
+	to_rts(&ux);
+	post_recv(ub.qp, 803, bufB + 8192, 40 + 4096, mrB);
+	ibv_wr_start(ux.qpx);
+	ux.qpx->wr_id = 93;
+	ux.qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(ux.qpx);
+	ibv_wr_set_ud_addr(ux.qpx, ah, ub.qp->qp_num, QKEY);
+	ibv_wr_set_sge(ux.qpx, mrA->lkey, (uintptr_t)bufA, 77);
+	ux.qpx->wr_id = 94;
+	ibv_wr_send_imm(ux.qpx, imm_value());
+	ibv_wr_set_ud_addr(ux.qpx, ah, ub.qp->qp_num, QKEY);
+	ibv_wr_set_inline_data(ux.qpx, bufA, 20);
+	ZERO(ibv_wr_complete(ux.qpx));
+	expect(ux.scq, "wr_send UD", 93, IBV_WC_SEND, ux.qp, NULL);
+	expect(ux.scq, "wr_send_imm UD", 94, IBV_WC_SEND, ux.qp, NULL);
+	expect(ub.rcq, "the first datagram", 802, IBV_WC_RECV, ub.qp, &wc);
+	CHECK(wc.byte_len == 77 + 40 && wc.src_qp == ux.qp->qp_num && same(bufB + 40, 77, 90, 0),
+	      "wr_send UD: byte_len %u src_qp %u", wc.byte_len, wc.src_qp);
+	expect(ub.rcq, "the second datagram", 803, IBV_WC_RECV, ub.qp, &wc);
+	CHECK(wc.byte_len == 20 + 40 && same(bufB + 8192 + 40, 20, 90, 0), "wr_send_imm UD: byte_len %u", wc.byte_len);
+	check_imm("wr_send_imm UD", wc.wc_flags, wc.imm_data);
+	free_end(&ux);
 	ZERO(ibv_destroy_ah(back));
 	ZERO(ibv_destroy_ah(ah));
 	free_end(&ua);
