@@ -590,6 +590,16 @@ static void setup(void)
 			}
 		}
 		CHECK(d->gidx >= 0, "%s: no IPv4-mapped GID in %d entries", name, d->port.gid_tbl_len);
+		struct ibv_gid_entry ge;
+		ZERO(ibv_query_gid_ex(d->ctx, 1, (uint32_t)d->gidx, &ge, 0));
+		CHECK(!memcmp(&ge.gid, &d->gid, 16) && ge.gid_index == (uint32_t)d->gidx && ge.port_num == 1 &&
+			      ge.gid_type == IBV_GID_TYPE_ROCE_V2,
+		      "%s: ibv_query_gid_ex of GID[%d]: index %u port %u type %u (want RoCE v2)", name, d->gidx,
+		      ge.gid_index, ge.port_num, ge.gid_type);
+		CHECK(d->attr.node_guid && d->attr.node_guid == ibv_get_device_guid(devlist[i]),
+		      "%s: node_guid %#llx, ibv_get_device_guid %#llx", name,
+		      (unsigned long long)be64toh(d->attr.node_guid),
+		      (unsigned long long)be64toh(ibv_get_device_guid(devlist[i])));
 		d->pd = ibv_alloc_pd(d->ctx);
 		CHECK(d->pd, "ibv_alloc_pd: %s", strerror(errno));
 		char g[INET6_ADDRSTRLEN];
@@ -601,6 +611,7 @@ static void setup(void)
 	CHECK(strcmp(ibv_get_device_name(devlist[0]), ibv_get_device_name(devlist[1])),
 	      "both devices are named %s", ibv_get_device_name(devlist[0]));
 	CHECK(memcmp(&dev[0].gid, &dev[1].gid, 16), "both devices have the same GID");
+	CHECK(dev[0].attr.node_guid != dev[1].attr.node_guid, "both devices have the same node GUID");
 	bufA = malloc(BUFSZ);
 	bufB = malloc(BUFSZ);
 	bufA2 = malloc(65536);
@@ -2250,9 +2261,18 @@ static void c_srq_resize(void)
 		struct pair *f = (i & 1) ? &S1 : &S2;
 		expect(f->a.scq, "sender", 500 + (uint64_t)i, IBV_WC_SEND, f->a.qp, NULL);
 	}
+	/* taken 16 at a time */
+	struct ibv_wc wcs[16];
+	int nwc = 0, next = 0;
+	uint64_t end = now_ms() + 5000;
 	for (int i = 4; i < 60; i++) {
-		struct ibv_wc wc;
-		wait_wc(srq_cq, &wc, "SRQ receive");
+		while (next == nwc) {
+			nwc = ibv_poll_cq(srq_cq, 16, wcs);
+			next = 0;
+			CHECK(nwc >= 0, "ibv_poll_cq: %d", nwc);
+			CHECK(nwc > 0 || now_ms() < end, "SRQ receive %d: no completion in 5 s", i);
+		}
+		struct ibv_wc wc = wcs[next++];
 		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)i && wc.opcode == IBV_WC_RECV &&
 			      wc.byte_len == 50,
 		      "SRQ receive: wr_id %" PRIu64 " %s byte_len %u, want wr_id %d", wc.wr_id,
