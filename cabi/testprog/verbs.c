@@ -2170,6 +2170,34 @@ static void c_channel(void)
 	CHECK(ecq == cq2, "blocking ibv_get_cq_event named the wrong CQ");
 	ibv_ack_cq_events(cq2, 1);
 	expect(cq2, "receive", 307, IBV_WC_RECV, q.b.qp, NULL);
+	/* both CQs at once: two events, one naming each */
+	ZERO(ibv_req_notify_cq(cq1, 0));
+	ZERO(ibv_req_notify_cq(cq2, 0));
+	post_recv(q.b.qp, 308, bufB, 64, mrB);
+	post_recv(q.a.qp, 309, bufA, 64, mrA);
+	sends(&q.a, 4, 1);
+	send_op(&q.b, IBV_WR_SEND, 310, bufB, 64, mrB, 0, 0);
+	expect(q.a.rcq, "peer receive", 309, IBV_WC_RECV, q.a.qp, NULL);
+	CHECK(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "fcntl");
+	int seen1 = 0, seen2 = 0;
+	uint64_t end = now_ms() + 5000;
+	while (seen1 + seen2 < 2 && now_ms() < end) {
+		if (ibv_get_cq_event(ch, &ecq, &ectx)) {
+			CHECK(errno == EAGAIN, "ibv_get_cq_event: %s", strerror(errno));
+			continue;
+		}
+		CHECK((ecq == cq1 && ectx == &tag1) || (ecq == cq2 && ectx == &tag2), "an event names CQ %p",
+		      (void *)ecq);
+		seen1 += ecq == cq1;
+		seen2 += ecq == cq2;
+		ibv_ack_cq_events(ecq, 1);
+	}
+	CHECK(seen1 == 1 && seen2 == 1, "events: %d for the send CQ, %d for the receive CQ, want 1 and 1", seen1, seen2);
+	errno = 0;
+	CHECK(ibv_get_cq_event(ch, &ecq, &ectx) != 0 && errno == EAGAIN, "a third event");
+	expect(cq1, "send", 310, IBV_WC_SEND, q.b.qp, NULL);
+	expect(cq2, "receive", 308, IBV_WC_RECV, q.b.qp, NULL);
+	CHECK(fcntl(ch->fd, F_SETFL, fl) == 0, "fcntl");
 	CHECK(ibv_destroy_comp_channel(ch) != 0, "ibv_destroy_comp_channel with CQs on it succeeded");
 	free_pair(&q);
 	ZERO(ibv_destroy_cq(cq1));
