@@ -2354,8 +2354,9 @@ static void c_srq_limit(void)
 	CHECK(!srq_limit_event(ctx, 100), "a second SRQ_LIMIT_REACHED without arming");
 }
 
-/* A QP of an SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED (IBA
- * 10.2.9.5, as rxe's flush_recv_queue), after which it may be destroyed. */
+/* A QP of an SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED (IBA's Last
+ * WQE Reached affiliated event, raised by kernel rxe's flush_recv_queue),
+ * after which the QP may be destroyed. */
 static void c_srq_last_wqe(void)
 {
 	CHECK(srq, "no SRQ");
