@@ -33,6 +33,7 @@ type recvSide struct {
 
 	lastGen, lastResets uint64
 	state               QPState
+	lastWQE             bool // Last WQE Reached raised in this spell of ERR (SRQ QPs)
 
 	psn       wire.PSN // next expected PSN
 	msn       uint32
@@ -117,6 +118,9 @@ func (rs *recvSide) sync() *qpSnap {
 		n := max(int(s.attr.MaxDestRdAtomic), 1)
 		rs.res = make([]rdRes, n)
 		rs.resNext = 0
+	}
+	if st != StateErr {
+		rs.lastWQE = false
 	}
 	rs.state = st
 	return s
@@ -285,7 +289,14 @@ func (rs *recvSide) flush() {
 	rs.reset(true)
 	rs.state = StateErr
 	if q.srq != nil {
-		return // SRQ WQEs stay for the other QPs
+		// SRQ WQEs stay for the other QPs. The consumer learns that this
+		// QP takes no more of them (IBA 11.6.3.2 Last WQE Reached; kernel
+		// rxe raises it when it flushes), once per entry into ERR.
+		if !rs.lastWQE {
+			rs.lastWQE = true
+			q.event(EventQPLastWQE)
+		}
+		return
 	}
 	for rs.rqHead < rs.rqTail {
 		wr := rs.rq[rs.rqHead&rs.rqMask]
