@@ -254,25 +254,22 @@ int vrn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	return 0;
 }
 
-/* drain takes every wake-up queued on a CQ's event socket: 1 if there
- * was one, 0 if none, -1 at end of file (the daemon closed it). */
-static int drain(int fd)
+/* take_one takes one completion event off a CQ's event socket: the daemon
+ * sends one per notification it fires, and ibv_get_cq_event returns one
+ * event per notification, as the kernel's channel does. 1 if there was one,
+ * 0 if none, -1 at end of file (the daemon closed it). */
+static int take_one(int fd)
 {
 	char b[16];
-	int got = 0;
-	for (int i = 0; i < 1024; i++) {
+	for (;;) {
 		ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-		if (n > 0) {
-			got = 1;
-			continue;
-		}
+		if (n > 0)
+			return 1;
 		if (n == 0)
 			return -1;
-		if (errno == EINTR)
-			continue;
-		break;
+		if (errno != EINTR)
+			return 0;
 	}
-	return got;
 }
 
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
@@ -295,7 +292,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 			errno = EIO;
 			return -1;
 		}
-		int r = drain(q->ev_fd);
+		int r = take_one(q->ev_fd);
 		if (r < 0) {
 			/* The daemon is gone: no event will come; say so rather than hang. */
 			epoll_ctl(channel->fd, EPOLL_CTL_DEL, q->ev_fd, NULL);
