@@ -37,8 +37,8 @@ type Config struct {
 	Clock   transport.Clock // nil: the system clock
 	Log     *slog.Logger
 	RxQueue int // received MADs waiting for the agent; default 256, more are dropped and counted
-	// ResolveTimeout bounds Connect's address resolution (rping gives
-	// rdma_resolve_addr 2000 ms); default 2 s.
+	// ResolveTimeout bounds the address resolution of Connect, ResolveUD
+	// and ResolveAddr (rping gives rdma_resolve_addr 2000 ms); default 2 s.
 	ResolveTimeout time.Duration
 }
 
@@ -413,4 +413,9 @@ var (
 	// ErrUnresolved: the destination's link address did not resolve
 	// (rdma_cm's ADDR_ERROR).
 	ErrUnresolved = errors.New("cmagent: address not resolved")
+	// ErrFamily: a source and destination of different families
+	// (rdma_resolve_addr's EINVAL).
+	ErrFamily = errors.New("cmagent: source and destination of different address families")
+	// ErrInvalidDst: a destination that is not a unicast address.
+	ErrInvalidDst = errors.New("cmagent: destination not a unicast address")
 )

@@ -233,3 +233,60 @@ func TestConnectUnresolved(t *testing.T) {
 		t.Errorf("cm_tx_req %d: a REQ left for an unresolved address", c["cm_tx_req"])
 	}
 }
+
+// TestResolveAddr: rdma_resolve_addr on the agent. The peer resolves to
+// our address (picked, or the one given) and its GID index; a source that
+// is not ours, one of another family than the destination and a
+// destination that is not unicast are refused at once; a destination
+// nobody answers for fails ErrUnresolved after the timeout asked, and a
+// timeout past the agent's is cut to it.
+func TestResolveAddr(t *testing.T) {
+	ha, hb := nictest.Pair(t, 1500)
+	a := newSide(t, ha, 0x1000000) // ResolveTimeout 300 ms
+	ctx := context.Background()
+	for _, src := range []netip.Addr{{}, netip.IPv4Unspecified(), ha.Addr} {
+		r, err := a.ag.ResolveAddr(ctx, src, hb.Addr, 0)
+		if err != nil {
+			t.Fatalf("from %v: %v", src, err)
+		}
+		if r.Src != ha.Addr || r.Dst != hb.Addr || ha.GIDs.GIDAt(r.SGIDIndex).Addr() != ha.Addr {
+			t.Errorf("from %v: %+v, want source %v and its GID's index", src, r, ha.Addr)
+		}
+	}
+	if _, err := a.ag.ResolveAddr(ctx, netip.Addr{}, netip.AddrFrom16(hb.Addr.As16()), 0); err != nil {
+		t.Errorf("IPv4-mapped destination: %v", err)
+	}
+	for _, c := range []struct {
+		name     string
+		src, dst netip.Addr
+		want     error
+	}{
+		{"source not ours", hb.Addr, hb.Addr, cmagent.ErrAddr},
+		{"IPv4 source, IPv6 destination", ha.Addr, netip.MustParseAddr("2001:db8::1"), cmagent.ErrFamily},
+		{"multicast", netip.Addr{}, netip.MustParseAddr("224.0.0.1"), cmagent.ErrInvalidDst},
+		{"unspecified", netip.Addr{}, netip.IPv4Unspecified(), cmagent.ErrInvalidDst},
+		{"none", netip.Addr{}, netip.Addr{}, cmagent.ErrInvalidDst},
+	} {
+		if _, err := a.ag.ResolveAddr(ctx, c.src, c.dst, 0); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	nobody := hb.Addr.As4()
+	nobody[3] ^= 0x80
+	for _, c := range []struct {
+		timeout, atLeast, below time.Duration
+	}{
+		{50 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond},
+		{time.Minute, 300 * time.Millisecond, 2 * time.Second},
+	} {
+		start := time.Now()
+		_, err := a.ag.ResolveAddr(ctx, netip.Addr{}, netip.AddrFrom4(nobody), c.timeout)
+		took := time.Since(start)
+		if !errors.Is(err, cmagent.ErrUnresolved) {
+			t.Fatalf("timeout %v: %v, want ErrUnresolved", c.timeout, err)
+		}
+		if took < c.atLeast || took >= c.below {
+			t.Errorf("timeout %v: failed after %v, want [%v, %v)", c.timeout, took, c.atLeast, c.below)
+		}
+	}
+}

@@ -77,7 +77,7 @@ func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP
 	if err != nil {
 		return 0, err
 	}
-	if err := a.resolve(ctx, to); err != nil {
+	if err := a.resolve(ctx, to, a.resolveTimeout); err != nil {
 		return 0, err
 	}
 	sport := src.Port()
@@ -108,24 +108,65 @@ func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP
 }
 
 // resolve waits until the port knows to's link address, polling the
-// neighbour table (netstack answers ARP and ND on its own goroutine).
-func (a *Agent) resolve(ctx context.Context, to netip.Addr) error {
+// neighbour table (netstack answers ARP and ND on its own goroutine), for
+// at most timeout.
+func (a *Agent) resolve(ctx context.Context, to netip.Addr, timeout time.Duration) error {
 	if a.dev.NeighborKnown(to) {
 		return nil
 	}
 	a.dev.ResolveNeighbor(to)
-	ctx, cancel := context.WithTimeout(ctx, a.resolveTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for !a.dev.NeighborKnown(to) {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v did not answer in %v", ErrUnresolved, to, a.resolveTimeout)
+			return fmt.Errorf("%w: %v did not answer in %v", ErrUnresolved, to, timeout)
 		case <-tick.C:
 		}
 	}
 	return nil
+}
+
+// ResolvedAddr is what ResolveAddr found: the port's address a connection
+// to Dst uses and the index of its GID.
+type ResolvedAddr struct {
+	Dst, Src  netip.Addr
+	SGIDIndex int
+}
+
+// ResolveAddr is rdma_resolve_addr: it picks the source for dst (src when
+// given, which must be one of the port's addresses, else the port's
+// address of dst's family, as Connect picks it) and resolves dst's link
+// address (ARP or ND) as Connect does first, for at most timeout (0 or
+// more than Config.ResolveTimeout: Config.ResolveTimeout) or until ctx
+// ends. Errors: ErrFamily (src and dst of different families),
+// ErrInvalidDst (dst not a unicast address), ErrAddr (src not the port's,
+// or no address of dst's family), ErrUnresolved (nobody answered).
+func (a *Agent) ResolveAddr(ctx context.Context, src, dst netip.Addr, timeout time.Duration) (ResolvedAddr, error) {
+	to, from := dst.Unmap(), src.Unmap()
+	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() {
+		return ResolvedAddr{}, fmt.Errorf("%w: %v", ErrInvalidDst, dst)
+	}
+	if from.IsValid() && !from.IsUnspecified() && from.Is4() != to.Is4() {
+		return ResolvedAddr{}, fmt.Errorf("%w: %v and %v", ErrFamily, from, to)
+	}
+	from, err := a.source(from, to)
+	if err != nil {
+		return ResolvedAddr{}, err
+	}
+	idx, ok := a.dev.GIDs().IndexOf(from)
+	if !ok {
+		return ResolvedAddr{}, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
+	}
+	if timeout <= 0 || timeout > a.resolveTimeout {
+		timeout = a.resolveTimeout
+	}
+	if err := a.resolve(ctx, to, timeout); err != nil {
+		return ResolvedAddr{}, err
+	}
+	return ResolvedAddr{Dst: to, Src: from, SGIDIndex: idx}, nil
 }
 
 // ephemeralPort is an rdma_cm ephemeral port, from Linux's default
@@ -139,19 +180,26 @@ func (a *Agent) route(src netip.Addr, dst netip.AddrPort) (from, to netip.Addr, 
 	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() || dst.Port() == 0 {
 		return from, to, fmt.Errorf("%w: destination %v", ErrAddr, dst)
 	}
-	from = src.Unmap()
+	from, err = a.source(src, to)
+	return from, to, err
+}
+
+// source is route's choice of our address for to: src when given (ours,
+// of to's family), else the port's address of to's family.
+func (a *Agent) source(src, to netip.Addr) (netip.Addr, error) {
+	from := src.Unmap()
 	if !from.IsValid() || from.IsUnspecified() {
 		var ok bool
 		if from, ok = a.dev.SourceFor(to); !ok {
-			return from, to, fmt.Errorf("%w: no address of %v's family", ErrAddr, to)
+			return from, fmt.Errorf("%w: no address of %v's family", ErrAddr, to)
 		}
 	} else if _, ok := a.dev.GIDs().IndexOf(from); !ok {
-		return from, to, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
+		return from, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
 	}
 	if from.Is4() != to.Is4() {
-		return from, to, fmt.Errorf("%w: %v cannot reach %v", ErrAddr, from, to)
+		return from, fmt.Errorf("%w: %v cannot reach %v", ErrAddr, from, to)
 	}
-	return from, to, nil
+	return from, nil
 }
 
 // qpService is the REQ transport service type of qp, which must be RC or

@@ -43,7 +43,7 @@ func (a *Agent) ResolveUD(ctx context.Context, src, dst netip.AddrPort, priv []b
 	if err != nil {
 		return 0, UDRoute{}, err
 	}
-	if err := a.resolve(ctx, to); err != nil {
+	if err := a.resolve(ctx, to, a.resolveTimeout); err != nil {
 		return 0, UDRoute{}, err
 	}
 	sport := src.Port()
