@@ -3,26 +3,27 @@ package verbsock
 import "strconv"
 
 // rdma_cm operations (PROTOCOL.md §11): listen, connect, accept, reject,
-// disconnect and destroy of connection-manager IDs, and the CM events the
-// server sends as OpCMEvent frames. They live apart from the verbs of
+// disconnect and destroy of connection-manager IDs, address resolution,
+// and the CM events the server sends as OpCMEvent frames. They live apart from the verbs of
 // proto.go, numbered from 0x40.
 const (
-	OpCMListen     Op = 0x40
-	OpCMUnlisten   Op = 0x41
-	OpCMConnect    Op = 0x42
-	OpCMAccept     Op = 0x43
-	OpCMReject     Op = 0x44
-	OpCMDisconnect Op = 0x45
-	OpCMDestroy    Op = 0x46
-	OpCMEvent      Op = 0x47 // server → client only, with FlagEvent
-	OpCMResolveUD  Op = 0x48 // UD over SIDR: SIDR_REQ to an RDMA_PS_UDP service
-	OpCMAcceptUD   Op = 0x49 // UD over SIDR: SIDR_REP with a UD QP
+	OpCMListen      Op = 0x40
+	OpCMUnlisten    Op = 0x41
+	OpCMConnect     Op = 0x42
+	OpCMAccept      Op = 0x43
+	OpCMReject      Op = 0x44
+	OpCMDisconnect  Op = 0x45
+	OpCMDestroy     Op = 0x46
+	OpCMEvent       Op = 0x47 // server → client only, with FlagEvent
+	OpCMResolveUD   Op = 0x48 // UD over SIDR: SIDR_REQ to an RDMA_PS_UDP service
+	OpCMAcceptUD    Op = 0x49 // UD over SIDR: SIDR_REP with a UD QP
+	OpCMResolveAddr Op = 0x4A // rdma_resolve_addr: source address, destination's link address
 )
 
 var cmOpNames = map[Op]string{
 	OpCMListen: "cm_listen", OpCMUnlisten: "cm_unlisten", OpCMConnect: "cm_connect", OpCMAccept: "cm_accept",
 	OpCMReject: "cm_reject", OpCMDisconnect: "cm_disconnect", OpCMDestroy: "cm_destroy", OpCMEvent: "cm_event",
-	OpCMResolveUD: "cm_resolve_ud", OpCMAcceptUD: "cm_accept_ud",
+	OpCMResolveUD: "cm_resolve_ud", OpCMAcceptUD: "cm_accept_ud", OpCMResolveAddr: "cm_resolve_addr",
 }
 
 // Private data sizes rdma_cm gives its consumers over IB/RoCE (cma.c):
@@ -129,6 +130,28 @@ type CMAcceptUDReq struct {
 	Private    [CMAcceptUDPrivateLen]byte
 }
 
+// CMResolveAddrReq is rdma_resolve_addr: it picks the source address for
+// Dst (Src when not zero, which must be one of the device's addresses and
+// of Dst's family; zero: the device's address of Dst's family, as
+// cm_connect picks it) and resolves Dst's link address (ARP or ND) as
+// cm_connect does first, for at most TimeoutMS (0: the agent's resolution
+// timeout, which also bounds it). Nothing is kept: no handle, no event.
+type CMResolveAddrReq struct {
+	Dst       [16]byte
+	Src       [16]byte
+	TimeoutMS uint32
+	_         uint32
+}
+
+// CMResolveAddrResp is the resolved source (rdma_get_local_addr): the
+// device's address a connection to the destination uses and the index of
+// its GID in port 1's table.
+type CMResolveAddrResp struct {
+	Src       [16]byte
+	SGIDIndex uint32
+	_         uint32
+}
+
 // CMEventType is enum rdma_cm_event_type.
 type CMEventType uint32
 
@@ -191,15 +214,16 @@ type CMEventMsg struct {
 
 func init() {
 	for op, s := range map[Op]OpSpec{
-		OpCMListen:     spec(mk[CMListenReq](), mk[CMListenResp](), none, none),
-		OpCMUnlisten:   spec(mk[HandleReq](), mk[Empty](), none, none),
-		OpCMConnect:    spec(mk[CMConnectReq](), mk[CMConnectResp](), none, none),
-		OpCMAccept:     spec(mk[CMAcceptReq](), mk[Empty](), none, none),
-		OpCMReject:     spec(mk[CMRejectReq](), mk[Empty](), none, none),
-		OpCMDisconnect: spec(mk[HandleReq](), mk[Empty](), none, none),
-		OpCMDestroy:    spec(mk[HandleReq](), mk[Empty](), none, none),
-		OpCMResolveUD:  spec(mk[CMResolveUDReq](), mk[CMConnectResp](), none, none),
-		OpCMAcceptUD:   spec(mk[CMAcceptUDReq](), mk[Empty](), none, none),
+		OpCMListen:      spec(mk[CMListenReq](), mk[CMListenResp](), none, none),
+		OpCMUnlisten:    spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMConnect:     spec(mk[CMConnectReq](), mk[CMConnectResp](), none, none),
+		OpCMAccept:      spec(mk[CMAcceptReq](), mk[Empty](), none, none),
+		OpCMReject:      spec(mk[CMRejectReq](), mk[Empty](), none, none),
+		OpCMDisconnect:  spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMDestroy:     spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMResolveUD:   spec(mk[CMResolveUDReq](), mk[CMConnectResp](), none, none),
+		OpCMAcceptUD:    spec(mk[CMAcceptUDReq](), mk[Empty](), none, none),
+		OpCMResolveAddr: spec(mk[CMResolveAddrReq](), mk[CMResolveAddrResp](), none, none),
 	} {
 		s.Name = cmOpNames[op]
 		Specs[op] = s

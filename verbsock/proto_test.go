@@ -280,3 +280,28 @@ func TestRegMRSegsReqLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestCMResolveAddrLayout pins cm_resolve_addr's layout (§11): a 40-byte
+// request (dst, src, timeout_ms, reserved) and a 24-byte reply (src,
+// sgid_index, reserved); the request's blank field is checked like every
+// request's.
+func TestCMResolveAddrLayout(t *testing.T) {
+	if n, m := binary.Size(&CMResolveAddrReq{}), binary.Size(&CMResolveAddrResp{}); n != 40 || m != 24 {
+		t.Fatalf("CMResolveAddrReq %d bytes, CMResolveAddrResp %d; want 40 and 24", n, m)
+	}
+	if OpCMResolveAddr != 0x4A || OpCMResolveAddr.String() != "cm_resolve_addr" {
+		t.Fatalf("op %#x %q", uint16(OpCMResolveAddr), OpCMResolveAddr)
+	}
+	p := Encode(nil, &CMResolveAddrReq{Dst: [16]byte{15: 1}, Src: [16]byte{15: 2}, TimeoutMS: 2000})
+	if p[15] != 1 || p[31] != 2 || binary.LittleEndian.Uint32(p[32:]) != 2000 {
+		t.Fatalf("layout: % x", p)
+	}
+	h := Header{Version: 1, Op: OpCMResolveAddr, Length: uint32(len(p))}
+	if _, err := DecodeRequest(h, p, 0); err != nil {
+		t.Fatalf("clean request: %v", err)
+	}
+	p[39] = 1
+	if _, err := DecodeRequest(h, p, 0); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("reserved byte set: %v, want EINVAL", err)
+	}
+}

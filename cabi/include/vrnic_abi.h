@@ -64,6 +64,7 @@
 #define VRN_OP_CM_EVENT 71
 #define VRN_OP_CM_RESOLVE_UD 72
 #define VRN_OP_CM_ACCEPT_UD 73
+#define VRN_OP_CM_RESOLVE_ADDR 74
 
 #define VRN_RING_HEADER_SIZE 256
 #define VRN_RING_OFF_MAGIC 0
@@ -292,6 +293,21 @@ struct vrn_cm_reject_req {
 	uint8_t private[148]; /* @8 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_reject_req) == 156, "vrn_cm_reject_req");
+
+struct vrn_cm_resolve_addr_req {
+	uint8_t dst[16]; /* @0 */
+	uint8_t src[16]; /* @16 */
+	uint32_t timeout_ms; /* @32 */
+	uint32_t reserved_36; /* @36 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_resolve_addr_req) == 40, "vrn_cm_resolve_addr_req");
+
+struct vrn_cm_resolve_addr_resp {
+	uint8_t src[16]; /* @0 */
+	uint32_t sgid_index; /* @16 */
+	uint32_t reserved_20; /* @20 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_resolve_addr_resp) == 24, "vrn_cm_resolve_addr_resp");
 
 struct vrn_cm_resolve_ud_req {
 	uint64_t context; /* @0 */

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/transport"
@@ -69,7 +70,8 @@ type cmConn struct {
 func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error) {
 	switch op {
 	case verbsock.OpCMListen, verbsock.OpCMUnlisten, verbsock.OpCMConnect, verbsock.OpCMAccept,
-		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy, verbsock.OpCMResolveUD, verbsock.OpCMAcceptUD:
+		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy, verbsock.OpCMResolveUD, verbsock.OpCMAcceptUD,
+		verbsock.OpCMResolveAddr:
 	default:
 		return nil, false, nil
 	}
@@ -102,6 +104,8 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 		resp, err = c.cmResolveUD(a, req.(*verbsock.CMResolveUDReq))
 	case verbsock.OpCMAcceptUD:
 		resp, err = &verbsock.Empty{}, c.cmAcceptUD(a, req.(*verbsock.CMAcceptUDReq))
+	case verbsock.OpCMResolveAddr:
+		resp, err = cmResolveAddr(a, req.(*verbsock.CMResolveAddrReq))
 	}
 	return resp, true, cmErr(err)
 }
@@ -304,6 +308,23 @@ func (c *conn) cmConnect(a *cmagent.Agent, r *verbsock.CMConnectReq) (any, error
 	return &verbsock.CMConnectResp{Conn: cn.handle}, nil
 }
 
+// cmResolveAddr is rdma_resolve_addr: the request loop waits for the
+// resolution as cm_connect's does, for at most the agent's resolution
+// timeout. It keeps nothing: the client passes the source it learns to
+// cm_connect.
+func cmResolveAddr(a *cmagent.Agent, r *verbsock.CMResolveAddrReq) (any, error) {
+	src := netip.Addr{}
+	if r.Src != [16]byte{} {
+		src = netip.AddrFrom16(r.Src)
+	}
+	ra, err := a.ResolveAddr(context.Background(), src, netip.AddrFrom16(r.Dst),
+		time.Duration(r.TimeoutMS)*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	return &verbsock.CMResolveAddrResp{Src: ra.Src.As16(), SGIDIndex: uint32(ra.SGIDIndex)}, nil
+}
+
 func connParams(w *verbsock.CMConnParams, maxPriv int) cmagent.ConnParams {
 	return cmagent.ConnParams{RespRes: w.RespRes, InitDepth: w.InitDepth, RetryCount: w.RetryCount, RNRRetry: w.RNRRetry,
 		PrivateData: w.PrivateData[:min(int(w.PrivateLen), maxPriv, len(w.PrivateData))]}
@@ -394,6 +415,8 @@ func cmErr(err error) error {
 		return errf(syscall.ENOMEM, "%v", err)
 	case errors.Is(err, cmagent.ErrUnresolved):
 		return errf(syscall.EHOSTUNREACH, "%v", err)
+	case errors.Is(err, cmagent.ErrFamily), errors.Is(err, cmagent.ErrInvalidDst):
+		return errf(syscall.EINVAL, "%v", err)
 	case errors.Is(err, cmagent.ErrAddr):
 		return errf(syscall.EADDRNOTAVAIL, "%v", err)
 	case errors.Is(err, cmagent.ErrClosed):

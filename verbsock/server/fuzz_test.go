@@ -43,6 +43,9 @@ func FuzzServerRequests(f *testing.F) {
 		uint16(verbsock.OpCMReject), verbsock.Encode(nil, &verbsock.CMRejectReq{Conn: 1}), uint8(0))
 	f.Add(uint16(verbsock.OpCMResolveUD), verbsock.Encode(nil, &verbsock.CMResolveUDReq{Dst: peer, DstPort: 1, PrivateLen: 255}), uint8(0),
 		uint16(verbsock.OpCMDestroy), []byte{1, 0, 0, 0}, uint8(0))
+	// Address resolution: the peer (answers ARP), and an address nobody has.
+	f.Add(uint16(verbsock.OpCMResolveAddr), verbsock.Encode(nil, &verbsock.CMResolveAddrReq{Dst: peer, TimeoutMS: 5}), uint8(0),
+		uint16(verbsock.OpCMResolveAddr), verbsock.Encode(nil, &verbsock.CMResolveAddrReq{Dst: [16]byte{10: 0xff, 11: 0xff, 12: 192, 15: 99}}), uint8(0))
 	f.Fuzz(func(t *testing.T, op1 uint16, p1 []byte, fd1 uint8, op2 uint16, p2 []byte, fd2 uint8) {
 		r := dialRaw(t, s, true)
 		var pd verbsock.AllocPDResp
