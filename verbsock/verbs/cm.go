@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/verbsock"
 )
@@ -15,9 +17,12 @@ import (
 // (rdma_listen, rdma_get_request), a Conn is one connection (rdma_cm_id)
 // with its event channel; Dial is rdma_resolve_addr + rdma_resolve_route +
 // rdma_connect, Accept/Reject/Disconnect are rdma_accept, rdma_reject and
-// rdma_disconnect. The daemon runs the CM protocol and moves the QP: pass
-// it in RESET or INIT (INIT to post receives before the connection is up);
-// it is in RTS once Dial or Accept returns and in ERR after a disconnect.
+// rdma_disconnect; ResolveAddr is rdma_resolve_addr alone. The daemon runs
+// the CM protocol and moves the QP: pass it in RESET or INIT (INIT to post
+// receives before the connection is up: CreateCMQP makes it so, as
+// rdma_create_qp does); it is in RTS once Dial or Accept returns and in
+// ERR after a disconnect. The peer's private data and what the exchange
+// agreed stay on the Conn (PrivateData, Params).
 
 // CMEventType is enum rdma_cm_event_type.
 type CMEventType = verbsock.CMEventType
@@ -229,6 +234,47 @@ type Conn struct {
 	qp     *QP
 	events chan CMEvent
 	once   sync.Once
+
+	mu   sync.Mutex
+	priv []byte   // +checklocks:mu
+	info ConnInfo // +checklocks:mu
+}
+
+// PrivateData is the private data the peer sent to make the connection,
+// as librdmacm's event hands it over (the whole field, zero-padded past
+// what the peer wrote): for a Conn from Dial the REP's, what the server
+// passed to Accept (AcceptPrivateLen bytes: the ESTABLISHED event's
+// param.conn.private_data, which Dial consumes); for a Conn of a connect
+// request the REQ's after the cma_hdr (ConnectPrivateLen bytes, as in its
+// CONNECT_REQUEST event). The slice is the caller's.
+func (c *Conn) PrivateData() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.priv...)
+}
+
+// Params is what the connection's exchange agreed once Dial or Accept has
+// returned, as the ESTABLISHED event reports it (librdmacm's
+// event->param.conn): the peer's QPN, our QP's responder resources and
+// initiator depth, its retry counts, the path MTU, whether the peer uses
+// an SRQ. For a connect request not yet accepted, the peer's asks (its
+// CONNECT_REQUEST event's).
+func (c *Conn) Params() ConnInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info
+}
+
+// established files what the ESTABLISHED event ev says; keepPriv keeps the
+// private data of the connect request (a passive side's RTU brings none
+// that rdma_cm reports).
+func (c *Conn) established(ev *CMEvent, keepPriv bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.info = ev.Info
+	if !keepPriv {
+		c.priv = ev.PrivateData
+	}
 }
 
 // Events delivers the connection's events after Dial or Accept returns
@@ -238,12 +284,14 @@ func (c *Conn) Events() <-chan CMEvent { return c.events }
 // QP is the connection's QP (nil before Accept).
 func (c *Conn) QP() *QP { return c.qp }
 
-// Dial connects qp (RC or UC, in RESET or INIT) to the rdma_cm listener at
-// addr and waits until the connection is established, rejected
-// (*RejectedError), unreachable (ErrUnreachable) or ctx is done (then it
-// is destroyed). An address whose link address does not resolve (ARP/ND,
-// the daemon's resolution timeout) fails with an *AddrError, rdma_cm's
-// ADDR_ERROR. Private data: at most ConnectPrivateLen bytes.
+// Dial connects qp (RC or UC, in RESET or INIT: CreateCMQP) to the
+// rdma_cm listener at addr and waits until the connection is established,
+// rejected (*RejectedError), unreachable (ErrUnreachable) or ctx is done
+// (then it is destroyed). An address whose link address does not resolve
+// (ARP/ND, the daemon's resolution timeout) fails with an *AddrError,
+// rdma_cm's ADDR_ERROR. Private data: at most ConnectPrivateLen bytes. The
+// ESTABLISHED event is Dial's: the Conn keeps its private data (the
+// server's, from Accept) and parameters (PrivateData, Params).
 func (d *Device) Dial(ctx context.Context, addr netip.AddrPort, qp *QP, p ConnParams) (*Conn, error) {
 	if qp == nil {
 		return nil, verr(verbsock.OpCMConnect, syscall.EINVAL, "no QP")
@@ -261,10 +309,12 @@ func (d *Device) Dial(ctx context.Context, addr netip.AddrPort, qp *QP, p ConnPa
 	}
 	c.h = resp.Conn
 	d.cm.setHandle(c)
-	if _, err := c.await(ctx, CMEventEstablished); err != nil {
+	ev, err := c.await(ctx, CMEventEstablished)
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
+	c.established(&ev, false)
 	qp.state.Store(uint32(QPStateRTS))
 	return c, nil
 }
@@ -291,9 +341,11 @@ func (c *Conn) await(ctx context.Context, want CMEventType) (CMEvent, error) {
 	}
 }
 
-// Accept answers a connect request with qp (RC or UC, in RESET or INIT),
-// which is in RTS when the REP leaves, and waits for the RTU (ESTABLISHED).
-// Private data: at most AcceptPrivateLen bytes.
+// Accept answers a connect request with qp (RC or UC, in RESET or INIT:
+// CreateCMQP), which is in RTS when the REP leaves, and waits for the RTU
+// (ESTABLISHED; Params has its parameters then). Private data: at most
+// AcceptPrivateLen bytes; the peer's Dial hands it to its caller
+// (Conn.PrivateData).
 func (c *Conn) Accept(ctx context.Context, qp *QP, p ConnParams) error {
 	if qp == nil {
 		return verr(verbsock.OpCMAccept, syscall.EINVAL, "no QP")
@@ -307,7 +359,10 @@ func (c *Conn) Accept(ctx context.Context, qp *QP, p ConnParams) error {
 		return err
 	}
 	qp.state.Store(uint32(QPStateRTS))
-	_, err := c.await(ctx, CMEventEstablished)
+	ev, err := c.await(ctx, CMEventEstablished)
+	if err == nil {
+		c.established(&ev, true)
+	}
 	return err
 }
 
@@ -354,6 +409,88 @@ func (c *Conn) Close() error {
 	return err
 }
 
+// CreateCMQP is rdma_create_qp: a QP of attr, readied for rdma_cm as
+// rdma_create_qp leaves it (cma.c cma_init_conn_qp, cma_ib_init_qp_attr).
+// An RC or UC QP is in INIT on port 1, P_Key index 0, access flags 0, so
+// that receives can be posted before Dial or Accept; a UD QP is in RTS
+// with Q_Key UDQKey (cma_init_ud_qp; see ReadyUD). The QP is destroyed if
+// a step fails.
+//
+// The access flags of a connected QP are the CM's: Dial and Accept have
+// the daemon move it to INIT again on its way to RTR with remote write,
+// and with remote read and atomics too when the connection's responder
+// resources (Params().ResponderResources: ConnParams.ResponderResources,
+// bounded by the peer's initiator depth) are not 0, as ib_cm's
+// cm_init_qp_init_attr gives them (cma_modify_qp_rtr).
+func (pd *PD) CreateCMQP(attr QPInitAttr) (*QP, error) {
+	qp, err := pd.CreateQP(attr)
+	if err != nil {
+		return nil, err
+	}
+	switch attr.Type {
+	case QPTypeUD:
+		err = ReadyUD(qp)
+	default:
+		err = qp.Modify(&QPAttr{State: QPStateInit, PKeyIndex: 0, Port: 1, AccessFlags: 0},
+			QPAttrState|QPAttrPKeyIndex|QPAttrPort|QPAttrAccessFlags)
+	}
+	if err != nil {
+		_ = qp.Destroy()
+		return nil, err
+	}
+	return qp, nil
+}
+
+// ResolvedAddr is what ResolveAddr found (rdma_resolve_addr's
+// ADDR_RESOLVED): the device's address a connection to Dst uses
+// (rdma_get_local_addr) and the index of its GID on port 1.
+type ResolvedAddr struct {
+	Dst, Src  netip.Addr
+	SGIDIndex int
+}
+
+// ResolveAddr is rdma_resolve_addr: it picks the device's address for dst
+// (src when valid and not unspecified, which must be one of the device's
+// and of dst's family) and resolves dst's link address (ARP or ND) as
+// Dial does first. The daemon waits at most its resolution timeout (2 s by
+// default), less if ctx has an earlier deadline; ctx's end returns its
+// error at once. Nobody answering is an *AddrError (EHOSTUNREACH,
+// librdmacm's ADDR_ERROR with status -ETIMEDOUT); a src that is not the
+// device's EADDRNOTAVAIL; src and dst of different families, or a dst that
+// is not unicast, EINVAL. Nothing is kept: connecting is Dial's.
+func (d *Device) ResolveAddr(ctx context.Context, dst, src netip.Addr) (ResolvedAddr, error) {
+	if err := ctx.Err(); err != nil {
+		return ResolvedAddr{}, err
+	}
+	req := verbsock.CMResolveAddrReq{Dst: dst.As16()} // the zero Addr: zeros, which the daemon refuses
+	if src.IsValid() && !src.IsUnspecified() {
+		req.Src = src.As16()
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ms := (time.Until(dl) + time.Millisecond - 1) / time.Millisecond
+		req.TimeoutMS = uint32(min(max(ms, 1), time.Duration(^uint32(0))))
+	}
+	type result struct {
+		r   verbsock.CMResolveAddrResp
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var res result
+		_, res.err = d.call(verbsock.OpCMResolveAddr, &req, nil, &res.r)
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			return ResolvedAddr{}, addrErr(res.err, dst)
+		}
+		return ResolvedAddr{Dst: dst.Unmap(), Src: netip.AddrFrom16(res.r.Src).Unmap(), SGIDIndex: int(res.r.SGIDIndex)}, nil
+	case <-ctx.Done():
+		return ResolvedAddr{}, ctx.Err() // the daemon's answer, bounded by its timeout, is dropped
+	}
+}
+
 func wireParams(p *ConnParams) verbsock.CMConnParams {
 	w := verbsock.CMConnParams{RespRes: p.ResponderResources, InitDepth: p.InitiatorDepth, RetryCount: p.RetryCount,
 		RNRRetry: p.RNRRetryCount}
@@ -391,7 +528,8 @@ func (d *Device) deliverCM(p []byte) {
 	switch o := s.byCtx[m.Context].(type) {
 	case *Listener:
 		if m.Type == CMEventConnectRequest {
-			c := &Conn{d: d, h: m.Conn, events: make(chan CMEvent, cmEventQueue)}
+			c := &Conn{d: d, h: m.Conn, events: make(chan CMEvent, cmEventQueue),
+				priv: slices.Clone(ev.PrivateData), info: ev.Info}
 			c.ctx = s.next + 1
 			s.next++
 			s.byCtx[c.ctx] = c
