@@ -351,10 +351,23 @@ uint8_t *vrn_queue_slot(struct vrn_queue *q)
 	return e;
 }
 
+/* refresh_state asks the daemon for the QP's state: it moves QPs itself
+ * (rdma_cm's transitions), so a state this process did not set may be
+ * stale. Only on the path that would refuse the post. */
+static void refresh_state(struct vrn_qp *q)
+{
+	struct vrn_query_qp_req req = {.qp = q->handle, .mask = IBV_QP_STATE};
+	struct vrn_query_qp_resp r;
+	if (!vrn_call(to_vctx(q->qp.context), VRN_OP_QUERY_QP, &req, sizeof(req), NULL, 0, &r, sizeof(r), NULL, 0, NULL))
+		q->qp.state = (enum ibv_qp_state)r.attr.state;
+}
+
 int vrn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct vrn_qp *q = container_of(qp, struct vrn_qp, qp);
 	int err = 0;
+	if (qp->state < IBV_QPS_RTS && qp->state != IBV_QPS_ERR)
+		refresh_state(q);
 	pthread_spin_lock(&q->sq.lock);
 	uint64_t start = q->sq.tail;
 	if (qp->state < IBV_QPS_RTS && qp->state != IBV_QPS_ERR)

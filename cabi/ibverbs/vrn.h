@@ -62,6 +62,8 @@ struct vrn_context {
 	void **objs;               /* handle -> QP, CQ or SRQ, for events */
 	uint32_t nobjs;
 	struct vrn_memctx *mem;    /* this connection's handles of the memory segments (mr.c) */
+	void (*cm_fn)(void *arg, const void *msg, uint32_t len); /* rdma_cm events' taker (private.c), under ev_mu */
+	void *cm_arg;
 };
 
 static inline struct vrn_context *to_vctx(struct ibv_context *c)
