@@ -1,0 +1,562 @@
+/* cma.c: devices, ids, event channels and the events themselves. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cma.h"
+
+pthread_mutex_t cma_mu = PTHREAD_MUTEX_INITIALIZER;
+struct cma_dev cma_devs[CMA_MAX_DEVS];
+int cma_ndevs = -1;
+static struct cma_id *ids; /* every live id, under cma_mu */
+static uint64_t next_seq = 1;
+
+static void on_cm_event(void *arg, const void *msg, uint32_t len);
+
+/* cma_init_devices opens every device once (librdmacm does at its first
+ * use): ids bind to them and share their contexts. */
+int cma_init_devices(void)
+{
+	pthread_mutex_lock(&cma_mu);
+	if (cma_ndevs < 0) {
+		int n = 0;
+		struct ibv_device **list = ibv_get_device_list(&n);
+		cma_ndevs = 0;
+		for (int i = 0; list && i < n && cma_ndevs < CMA_MAX_DEVS; i++) {
+			struct ibv_context *ctx = ibv_open_device(list[i]);
+			if (!ctx)
+				continue;
+			struct cma_dev *d = &cma_devs[cma_ndevs];
+			d->ctx = ctx;
+			d->pd = ibv_alloc_pd(ctx);
+			vrnicd_cm_handler(ctx, on_cm_event, (void *)(intptr_t)cma_ndevs);
+			cma_ndevs++;
+		}
+		if (list)
+			ibv_free_device_list(list);
+	}
+	int n = cma_ndevs;
+	pthread_mutex_unlock(&cma_mu);
+	if (n == 0) {
+		errno = ENODEV;
+		return -1;
+	}
+	return 0;
+}
+
+struct ibv_context **rdma_get_devices(int *num_devices)
+{
+	cma_init_devices();
+	struct ibv_context **l = calloc((size_t)(cma_ndevs > 0 ? cma_ndevs : 0) + 1, sizeof(*l));
+	if (!l) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (int i = 0; i < cma_ndevs; i++)
+		l[i] = cma_devs[i].ctx;
+	if (num_devices)
+		*num_devices = cma_ndevs > 0 ? cma_ndevs : 0;
+	return l;
+}
+
+void rdma_free_devices(struct ibv_context **list) { free(list); }
+
+/* --- channels --------------------------------------------------------- */
+
+struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	if (cma_init_devices())
+		return NULL; /* no device: as librdmacm without /dev/infiniband/rdma_cm */
+	struct cma_channel *ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&ch->mu, NULL);
+	ch->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ch->ch.fd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event e = {.events = EPOLLIN, .data.u32 = 0};
+	if (ch->evfd < 0 || ch->ch.fd < 0 || epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, ch->evfd, &e)) {
+		int err = errno;
+		if (ch->evfd >= 0)
+			close(ch->evfd);
+		if (ch->ch.fd >= 0)
+			close(ch->ch.fd);
+		free(ch);
+		errno = err;
+		return NULL;
+	}
+	return &ch->ch;
+}
+
+void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct cma_channel *ch = (struct cma_channel *)channel;
+	for (struct cma_event *e = ch->head, *n; e; e = n) {
+		n = e->next;
+		free(e);
+	}
+	close(ch->evfd);
+	close(ch->ch.fd);
+	free(ch);
+}
+
+/* watch puts a device's socket in a channel's set, once. */
+static void watch(struct cma_channel *ch, int dev)
+{
+	if (dev < 0 || ch->devs[dev])
+		return;
+	struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = (uint32_t)dev + 1};
+	if (!epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, vrnicd_cm_fd(cma_devs[dev].ctx), &e))
+		ch->devs[dev] = 1;
+}
+
+void cma_watch(struct cma_channel *ch, int dev)
+{
+	pthread_mutex_lock(&ch->mu);
+	watch(ch, dev);
+	pthread_mutex_unlock(&ch->mu);
+}
+
+void cma_set_dev(struct cma_id *c, int dev)
+{
+	c->dev = dev;
+	c->id.verbs = cma_devs[dev].ctx;
+	c->id.port_num = 1;
+	cma_watch(c->chan, dev);
+}
+
+void cma_queue(struct cma_channel *ch, struct cma_event *e)
+{
+	uint64_t one = 1;
+	pthread_mutex_lock(&ch->mu);
+	e->next = NULL;
+	if (ch->tail)
+		ch->tail->next = e;
+	else
+		ch->head = e;
+	ch->tail = e;
+	pthread_mutex_unlock(&ch->mu);
+	if (write(ch->evfd, &one, sizeof(one)) < 0) {
+		/* the counter cannot overflow at one per event */
+	}
+}
+
+static struct cma_event *dequeue(struct cma_channel *ch)
+{
+	pthread_mutex_lock(&ch->mu);
+	struct cma_event *e = ch->head;
+	if (e) {
+		ch->head = e->next;
+		if (!ch->head)
+			ch->tail = NULL;
+	} else {
+		uint64_t v;
+		while (read(ch->evfd, &v, sizeof(v)) > 0) /* empty: not readable */
+			;
+	}
+	pthread_mutex_unlock(&ch->mu);
+	return e;
+}
+
+struct cma_event *cma_new_event(struct cma_id *c, enum rdma_cm_event_type type, int status)
+{
+	struct cma_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->ev.id = &c->id;
+	e->ev.event = type;
+	e->ev.status = status;
+	e->owner = c;
+	return e;
+}
+
+/* --- ids --------------------------------------------------------------- */
+
+struct cma_id *cma_new_id(struct rdma_event_channel *channel, void *context, enum rdma_port_space ps,
+			  enum ibv_qp_type qpt)
+{
+	struct cma_id *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (!channel) {
+		/* A synchronous id: its calls wait for their own events. */
+		channel = rdma_create_event_channel();
+		if (!channel) {
+			free(c);
+			return NULL;
+		}
+		((struct cma_channel *)channel)->internal = 1;
+		c->sync = 1;
+		c->own_chan = 1;
+	}
+	c->chan = (struct cma_channel *)channel;
+	c->id.channel = channel;
+	c->id.context = context;
+	c->id.ps = ps;
+	c->id.qp_type = qpt;
+	c->dev = -1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	pthread_mutex_lock(&cma_mu);
+	c->seq = next_seq++;
+	c->next = ids;
+	ids = c;
+	pthread_mutex_unlock(&cma_mu);
+	return c;
+}
+
+int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		   enum rdma_port_space ps)
+{
+	enum ibv_qp_type qpt;
+	switch (ps) {
+	case RDMA_PS_TCP:
+	case RDMA_PS_IB:
+		qpt = IBV_QPT_RC;
+		break;
+	case RDMA_PS_UDP:
+	case RDMA_PS_IPOIB:
+		qpt = IBV_QPT_UD;
+		break;
+	default:
+		errno = EINVAL;
+		return -1;
+	}
+	if (cma_init_devices())
+		return -1;
+	struct cma_id *c = cma_new_id(channel, context, ps, qpt);
+	if (!c)
+		return -1;
+	*id = &c->id;
+	return 0;
+}
+
+static void unlink_id(struct cma_id *c)
+{
+	pthread_mutex_lock(&cma_mu);
+	for (struct cma_id **pp = &ids; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&cma_mu);
+}
+
+/* drop_queued frees the events of c still in its channel's queue: the
+ * program never saw them. */
+static void drop_queued(struct cma_id *c)
+{
+	struct cma_channel *ch = c->chan;
+	pthread_mutex_lock(&ch->mu);
+	struct cma_event **pp = &ch->head, *prev = NULL;
+	while (*pp) {
+		struct cma_event *e = *pp;
+		if (e->owner == c) {
+			*pp = e->next;
+			free(e);
+			continue;
+		}
+		prev = e;
+		pp = &e->next;
+	}
+	ch->tail = prev;
+	pthread_mutex_unlock(&ch->mu);
+}
+
+int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct cma_id *c = to_cma(id);
+	if (c->sync && id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
+	if (c->dev >= 0 && c->conn) {
+		struct vrn_handle_req req = {.handle = c->conn};
+		vrnicd_cm_call(cma_devs[c->dev].ctx, VRN_OP_CM_DESTROY, &req, sizeof(req), NULL, 0);
+	}
+	for (int d = 0; d < CMA_MAX_DEVS; d++)
+		if (c->listeners[d]) {
+			struct vrn_handle_req req = {.handle = c->listeners[d]};
+			vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_UNLISTEN, &req, sizeof(req), NULL, 0);
+		}
+	unlink_id(c); /* no event finds it any more */
+	drop_queued(c);
+	/* As librdmacm: wait until every event handed out is acked. */
+	pthread_mutex_lock(&c->mu);
+	while (c->events_out > 0)
+		pthread_cond_wait(&c->cond, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	free(c->qp_init);
+	free(id->route.path_rec);
+	if (c->own_chan)
+		rdma_destroy_event_channel(&c->chan->ch);
+	free(c);
+	return 0;
+}
+
+/* find returns the id an event is for: the connection's own id when it
+ * has one, else the id whose context the daemon echoed. cma_mu held. */
+static struct cma_id *find(int dev, const struct vrn_cm_event_msg *m)
+{
+	if (m->conn && m->type != RDMA_CM_EVENT_CONNECT_REQUEST)
+		for (struct cma_id *c = ids; c; c = c->next)
+			if (c->dev == dev && c->conn == m->conn)
+				return c;
+	for (struct cma_id *c = ids; c; c = c->next)
+		if (c->seq == m->context)
+			return c;
+	return NULL;
+}
+
+void cma_from_v6(const uint8_t in[16], uint16_t port, int family, struct sockaddr_storage *out);
+
+/* conn_params fills an event's connection or UD parameters. */
+static void params(struct cma_event *e, const struct vrn_cm_event_msg *m, int ud)
+{
+	size_t n = m->private_len < sizeof(e->priv) ? m->private_len : sizeof(e->priv);
+	memcpy(e->priv, m->private, n);
+	if (ud) {
+		struct rdma_ud_param *u = &e->ev.param.ud;
+		u->private_data = n ? e->priv : NULL;
+		u->private_data_len = (uint8_t)n;
+		u->qp_num = m->remote_qpn;
+		u->qkey = m->qkey;
+		struct ibv_ah_attr *a = &u->ah_attr;
+		a->is_global = 1;
+		memcpy(a->grh.dgid.raw, m->ah.dgid, 16);
+		a->grh.flow_label = m->ah.flow_label;
+		a->grh.sgid_index = m->ah.sgid_index;
+		a->grh.hop_limit = m->ah.hop_limit;
+		a->grh.traffic_class = m->ah.traffic_class;
+		a->sl = m->ah.sl;
+		a->port_num = m->ah.port ? m->ah.port : 1;
+		return;
+	}
+	struct rdma_conn_param *p = &e->ev.param.conn;
+	p->private_data = n ? e->priv : NULL;
+	p->private_data_len = (uint8_t)n;
+	p->responder_resources = m->resp_res;
+	p->initiator_depth = m->init_depth;
+	p->retry_count = m->retry_count;
+	p->rnr_retry_count = m->rnr_retry;
+	p->srq = m->srq;
+	p->qp_num = m->remote_qpn;
+}
+
+/* connect_request makes the new id of a connect request, as librdmacm:
+ * the listener's channel and context, its device, the two addresses. */
+static struct cma_id *connect_request(struct cma_id *l, int dev, const struct vrn_cm_event_msg *m)
+{
+	struct cma_id *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->chan = l->chan;
+	c->sync = l->sync; /* a synchronous listener's requests wait as it does */
+	c->id.channel = l->id.channel;
+	c->id.context = l->id.context;
+	c->id.ps = l->id.ps;
+	c->id.qp_type = l->id.qp_type;
+	c->dev = dev;
+	c->id.verbs = cma_devs[dev].ctx;
+	c->id.port_num = 1;
+	c->conn = m->conn;
+	c->listen = l;
+	c->remote_qpn = m->remote_qpn;
+	c->resp_res = m->resp_res;
+	c->init_depth = m->init_depth;
+	c->state = CMA_CONNECTING;
+	int fam = l->id.route.addr.src_addr.sa_family ? l->id.route.addr.src_addr.sa_family : AF_INET;
+	cma_from_v6(m->local, m->local_port, fam, &c->id.route.addr.src_storage);
+	cma_from_v6(m->peer, m->peer_port, fam, &c->id.route.addr.dst_storage);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	c->seq = next_seq++;
+	c->next = ids;
+	ids = c;
+	return c;
+}
+
+/* on_cm_event turns the daemon's CM event into the program's, on whatever
+ * thread read it (only queueing here). */
+static void on_cm_event(void *arg, const void *msg, uint32_t len)
+{
+	int dev = (int)(intptr_t)arg;
+	struct vrn_cm_event_msg m;
+	if (len != sizeof(m))
+		return;
+	memcpy(&m, msg, sizeof(m));
+	pthread_mutex_lock(&cma_mu);
+	struct cma_id *c = find(dev, &m);
+	struct cma_event *e = NULL;
+	if (c && m.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		struct cma_id *child = connect_request(c, dev, &m);
+		if (child && (e = cma_new_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0)))
+			e->ev.listen_id = &c->id;
+	} else if (c) {
+		e = cma_new_event(c, (enum rdma_cm_event_type)m.type, m.status);
+		if (e && m.type == RDMA_CM_EVENT_ESTABLISHED) {
+			c->state = CMA_CONNECTED;
+			c->remote_qpn = m.remote_qpn;
+		}
+		if (e && (m.type == RDMA_CM_EVENT_DISCONNECTED || m.type == RDMA_CM_EVENT_REJECTED ||
+			  m.type == RDMA_CM_EVENT_UNREACHABLE))
+			c->state = CMA_GONE;
+	}
+	if (e)
+		params(e, &m, e->ev.id->ps == RDMA_PS_UDP);
+	pthread_mutex_unlock(&cma_mu);
+	if (e)
+		cma_queue(to_cma(e->ev.id)->chan, e);
+}
+
+/* removal tells every id on a dead device, once (RDMA_CM_EVENT_DEVICE_REMOVAL). */
+static void removal(int dev)
+{
+	pthread_mutex_lock(&cma_mu);
+	if (cma_devs[dev].gone) {
+		pthread_mutex_unlock(&cma_mu);
+		return;
+	}
+	cma_devs[dev].gone = 1;
+	struct cma_event *list = NULL;
+	for (struct cma_id *c = ids; c; c = c->next)
+		if (c->dev == dev) {
+			struct cma_event *e = cma_new_event(c, RDMA_CM_EVENT_DEVICE_REMOVAL, 0);
+			if (e) {
+				e->next = list;
+				list = e;
+			}
+		}
+	pthread_mutex_unlock(&cma_mu);
+	for (struct cma_event *e = list, *n; e; e = n) {
+		n = e->next;
+		cma_queue(e->owner->chan, e);
+	}
+}
+
+/* pump reads what waits on the sockets of a channel's devices. */
+static void pump(struct cma_channel *ch)
+{
+	for (int d = 0; d < CMA_MAX_DEVS && d < cma_ndevs; d++)
+		if (ch->devs[d] && vrnicd_cm_pump(cma_devs[d].ctx) < 0)
+			removal(d);
+}
+
+int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct cma_channel *ch = (struct cma_channel *)channel;
+	if (!event) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (;;) {
+		struct cma_event *e = dequeue(ch);
+		if (!e) {
+			pump(ch);
+			e = dequeue(ch);
+		}
+		if (e) {
+			struct cma_id *c = e->owner;
+			pthread_mutex_lock(&c->mu);
+			c->events_out++;
+			pthread_mutex_unlock(&c->mu);
+			*event = &e->ev;
+			return 0;
+		}
+		if (fcntl(ch->ch.fd, F_GETFL) & O_NONBLOCK) {
+			errno = EAGAIN;
+			return -1;
+		}
+		struct pollfd p = {.fd = ch->ch.fd, .events = POLLIN};
+		if (poll(&p, 1, 1000) < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	if (!event) {
+		errno = EINVAL;
+		return -1;
+	}
+	struct cma_event *e = (struct cma_event *)event;
+	struct cma_id *c = e->owner;
+	pthread_mutex_lock(&c->mu);
+	c->events_out--;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+	free(e);
+	return 0;
+}
+
+/* cma_complete waits, for a synchronous id, for the event its call
+ * started: 0 if it is want, else -1 with errno from its status (as
+ * librdmacm's ucma_complete). The event stays in id->event. */
+int cma_complete(struct cma_id *c, enum rdma_cm_event_type want)
+{
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	struct rdma_cm_event *ev;
+	if (rdma_get_cm_event(&c->chan->ch, &ev))
+		return -1;
+	c->id.event = ev;
+	if (ev->event == want && ev->status == 0)
+		return 0;
+	errno = ev->status < 0 ? -ev->status : (ev->status ? ECONNREFUSED : EIO);
+	return -1;
+}
+
+int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct cma_id *c = to_cma(id);
+	struct cma_channel *to = (struct cma_channel *)channel, *from = c->chan;
+	if (!to) {
+		errno = EINVAL; /* librdmacm makes a synchronous id here; not done */
+		return -1;
+	}
+	/* the queued events of the id move with it, in order */
+	pthread_mutex_lock(&from->mu);
+	struct cma_event *moved = NULL, **tail = &moved, **pp = &from->head, *prev = NULL;
+	while (*pp) {
+		struct cma_event *e = *pp;
+		if (e->owner == c) {
+			*pp = e->next;
+			e->next = NULL;
+			*tail = e;
+			tail = &e->next;
+			continue;
+		}
+		prev = e;
+		pp = &e->next;
+	}
+	from->tail = prev;
+	pthread_mutex_unlock(&from->mu);
+	pthread_mutex_lock(&cma_mu);
+	c->chan = to;
+	id->channel = channel;
+	c->sync = 0;
+	if (c->own_chan) {
+		c->own_chan = 0;
+		rdma_destroy_event_channel(&from->ch);
+	}
+	pthread_mutex_unlock(&cma_mu);
+	pthread_mutex_lock(&to->mu);
+	if (c->dev >= 0)
+		watch(to, c->dev);
+	pthread_mutex_unlock(&to->mu);
+	for (struct cma_event *e = moved, *n; e; e = n) {
+		n = e->next;
+		cma_queue(to, e);
+	}
+	return 0;
+}

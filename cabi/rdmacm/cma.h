@@ -1,0 +1,98 @@
+/* cma.h: the drop-in librdmacm's internal objects. An rdma_cm_id is the
+ * public struct programs read, inside our cma_id; its CM requests go on the
+ * verbsock connection of its device's context (the one holding the QPs
+ * they name), whose CM events the drop-in libibverbs hands to us
+ * (vrnicd_cm_handler). An event channel is an epoll set of an eventfd (our
+ * queue is not empty) and the sockets of the devices its ids use (an event
+ * may wait there unread). */
+#ifndef CMA_H
+#define CMA_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdint.h>
+
+#include "vrnic_abi.h"
+
+/* libibverbs' private face (cabi/ibverbs/private.c, node VRNICD_PRIVATE_1). */
+int vrnicd_cm_call(struct ibv_context *ctx, uint16_t op, const void *req, size_t reqlen, void *resp, size_t resplen);
+void vrnicd_cm_handler(struct ibv_context *ctx, void (*fn)(void *arg, const void *msg, uint32_t len), void *arg);
+int vrnicd_cm_pump(struct ibv_context *ctx);
+int vrnicd_cm_fd(struct ibv_context *ctx);
+uint32_t vrnicd_qp_handle(struct ibv_qp *qp);
+int vrnicd_dead(struct ibv_context *ctx);
+
+#define CMA_MAX_DEVS 16
+
+
+/* A device: one context for every id on it, and its default PD. */
+struct cma_dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	int gone; /* DEVICE_REMOVAL sent to its ids */
+};
+
+struct cma_event {
+	struct rdma_cm_event ev; /* what the program gets; first */
+	struct cma_event *next;
+	struct cma_id *owner;    /* the id the event counts against until acked */
+	uint8_t priv[196];       /* the private data ev.param points at */
+};
+
+struct cma_channel {
+	struct rdma_event_channel ch; /* fd: the epoll set */
+	int evfd;
+	pthread_mutex_t mu;
+	struct cma_event *head, *tail;
+	int devs[CMA_MAX_DEVS]; /* which devices' sockets are in the set */
+	int internal;           /* made for a synchronous id */
+};
+
+enum cma_state { CMA_IDLE, CMA_BOUND, CMA_ADDR, CMA_ROUTE, CMA_LISTEN, CMA_CONNECTING, CMA_CONNECTED, CMA_GONE };
+
+struct cma_id {
+	struct rdma_cm_id id; /* first: programs hold &id */
+	uint64_t seq;         /* the context the daemon echoes in its events */
+	struct cma_channel *chan;
+	int sync;             /* made without a channel: calls wait for their events */
+	int own_chan;         /* the channel is its own (a synchronous id's): destroyed with it */
+	int dev;              /* index into the device table, -1 before bind/resolve */
+	enum cma_state state;
+	uint32_t conn;                    /* the daemon's connection handle */
+	uint32_t listeners[CMA_MAX_DEVS]; /* a listen id's handle per device (0: none) */
+	struct cma_id *listen;            /* a connect request's listener */
+	uint32_t remote_qpn;
+	uint8_t resp_res, init_depth;
+	uint8_t tos, ack_timeout;
+	int reuse, afonly;
+	struct ibv_qp_init_attr *qp_init; /* rdma_create_ep on a listener: what rdma_get_request makes */
+	int own_cqs;                      /* rdma_create_qp made the CQs */
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int events_out; /* events handed out and not acked (rdma_destroy_id waits) */
+	struct cma_id *next;
+};
+
+static inline struct cma_id *to_cma(struct rdma_cm_id *id) { return (struct cma_id *)id; }
+
+/* cma.c */
+extern pthread_mutex_t cma_mu; /* the device table and the id list */
+extern struct cma_dev cma_devs[CMA_MAX_DEVS];
+extern int cma_ndevs;
+int cma_init_devices(void);
+int cma_call(struct cma_id *c, uint16_t op, const void *req, size_t reqlen, void *resp, size_t resplen);
+void cma_set_dev(struct cma_id *c, int dev);
+void cma_watch(struct cma_channel *ch, int dev);
+struct cma_event *cma_new_event(struct cma_id *c, enum rdma_cm_event_type type, int status);
+void cma_queue(struct cma_channel *ch, struct cma_event *e);
+int cma_complete(struct cma_id *c, enum rdma_cm_event_type want);
+struct cma_id *cma_new_id(struct rdma_event_channel *channel, void *context, enum rdma_port_space ps,
+			  enum ibv_qp_type qpt);
+
+/* addr.c helpers */
+void cma_to_v6(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);
+void cma_from_v6(const uint8_t in[16], uint16_t port, int family, struct sockaddr_storage *out);
+int cma_dev_of_addr(const struct sockaddr *sa);
+
+#endif
