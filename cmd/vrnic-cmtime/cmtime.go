@@ -58,7 +58,7 @@ func runClient(ctx context.Context, cfg *config, dev *verbs.Device, out io.Write
 		if n.cq, err = dev.CreateCQ(2, false); err != nil {
 			return fmt.Errorf("failure creating qp: %w", err)
 		}
-		if n.qp, err = cmtool.CreateQP(pd, qpAttr(n.cq)); err != nil {
+		if n.qp, err = pd.CreateCMQP(qpAttr(n.cq)); err != nil {
 			return fmt.Errorf("failure creating qp: %w", err)
 		}
 		return nil
@@ -216,7 +216,7 @@ func serve(ctx context.Context, pd *verbs.PD, conn *verbs.Conn) error {
 		return fmt.Errorf("failure creating qp: %w\nfailing connection request", err)
 	}
 	defer cq.Destroy()
-	qp, err := cmtool.CreateQP(pd, qpAttr(cq))
+	qp, err := pd.CreateCMQP(qpAttr(cq))
 	if err != nil {
 		_ = conn.Reject(nil)
 		return fmt.Errorf("failure creating qp: %w\nfailing connection request", err)

@@ -47,8 +47,9 @@ type cmChannel struct {
 }
 
 // newCMChannel makes the channel's QP, in INIT with its receive posted
-// (perftest posts it before rdma_connect / rdma_accept).
-func newCMChannel(dev *verbs.Device, port int) (*cmChannel, error) {
+// (perftest posts it before rdma_connect / rdma_accept), on port 1, the
+// device's one (perf.go has checked -i against it).
+func newCMChannel(dev *verbs.Device) (*cmChannel, error) {
 	c := &cmChannel{}
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {
@@ -60,12 +61,8 @@ func newCMChannel(dev *verbs.Device, port int) (*cmChannel, error) {
 	if c.rcq, err = dev.CreateCQ(1, true); err != nil {
 		return c, err
 	}
-	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: c.rcq,
+	if c.qp, err = c.pd.CreateCMQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: c.rcq,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return c, err
-	}
-	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: uint8(port)},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return c, err
 	}
 	if c.sbuf, c.smr, err = regMsgBuf(c.pd, 0); err != nil {
@@ -216,7 +213,7 @@ func (s *session) serverAddr(ctx context.Context) (netip.AddrPort, error) {
 // there (its listener stays for -R's connections) and accepts one.
 func (s *session) connectChannel(ctx context.Context) error {
 	p := s.p
-	ch, err := newCMChannel(s.dev, p.ibPort)
+	ch, err := newCMChannel(s.dev)
 	s.ch = ch
 	if err != nil {
 		return fmt.Errorf(" Unable to create the resources needed by comm struct: %w", err)

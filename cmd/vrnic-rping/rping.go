@@ -73,12 +73,8 @@ func (c *cb) setup() error {
 		return fmt.Errorf("ibv_create_cq failed: %w", err)
 	}
 	c.debugf("created cq\n")
-	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.cq, RecvCQ: c.cq,
+	if c.qp, err = c.pd.CreateCMQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.cq, RecvCQ: c.cq,
 		Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return fmt.Errorf("rdma_create_qp: %w", err)
-	}
-	if err := c.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return fmt.Errorf("rdma_create_qp: %w", err)
 	}
 	c.debugf("created qp\n")

@@ -55,7 +55,7 @@ func (t *test) initNode(n *node) error {
 	if n.rcq, err = t.dev.CreateCQ(cqe, true); err != nil {
 		return fmt.Errorf("cmatose: unable to create CQ: %w", err)
 	}
-	if n.qp, err = cmtool.CreateQP(n.pd, verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq, SQSigAll: true,
+	if n.qp, err = n.pd.CreateCMQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq, SQSigAll: true,
 		Cap: verbs.QPCap{MaxSendWR: uint32(cqe), MaxRecvWR: uint32(cqe), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fmt.Errorf("cmatose: unable to create QP: %w", err)
 	}

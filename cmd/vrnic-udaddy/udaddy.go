@@ -69,11 +69,8 @@ func (t *test) initNode(n *node) error {
 	if n.cq, err = t.dev.CreateCQ(max(2*t.cfg.count, 2), true); err != nil {
 		return fmt.Errorf("udaddy: unable to create CQ: %w", err)
 	}
-	if n.qp, err = n.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: n.cq, RecvCQ: n.cq,
+	if n.qp, err = n.pd.CreateCMQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: n.cq, RecvCQ: n.cq,
 		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: uint32(depth), MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return fmt.Errorf("udaddy: unable to create QP: %w", err)
-	}
-	if err := verbs.ReadyUD(n.qp); err != nil {
 		return fmt.Errorf("udaddy: unable to create QP: %w", err)
 	}
 	if t.cfg.count == 0 {

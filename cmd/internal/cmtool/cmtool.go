@@ -26,21 +26,6 @@ const DefaultPort = 7471
 // ErrDisconnected: the peer disconnected while completions were awaited.
 var ErrDisconnected = errors.New("peer disconnected")
 
-// CreateQP is rdma_create_qp: an RC QP with attr, taken to INIT on port 1
-// so receives can be posted before the connection is up.
-func CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
-	qp, err := pd.CreateQP(attr)
-	if err != nil {
-		return nil, err
-	}
-	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, Port: 1},
-		verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		_ = qp.Destroy()
-		return nil, err
-	}
-	return qp, nil
-}
-
 // Reg registers n bytes of a buffer of their own (ibv_reg_mr of a malloc).
 func Reg(pd *verbs.PD, n int, access verbs.Access) (*verbs.MR, error) {
 	b, err := pd.AllocBuffer(max(n, 1))

@@ -72,7 +72,7 @@ func newExampleEP(dev *verbs.Device) (*exampleEP, error) {
 	if ep.cq, err = dev.CreateCQ(2, true); err != nil {
 		return nil, fmt.Errorf("rdma_create_ep: %w", err)
 	}
-	if ep.qp, err = CreateQP(pd, verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: ep.cq, RecvCQ: ep.cq, SQSigAll: true,
+	if ep.qp, err = pd.CreateCMQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: ep.cq, RecvCQ: ep.cq, SQSigAll: true,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("rdma_create_ep: %w", err)
 	}
