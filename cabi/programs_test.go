@@ -95,7 +95,8 @@ func freePort(t *testing.T) string {
 }
 
 // connectFailed says a client found no server listening yet.
-var connectFailed = regexp.MustCompile(`(?i)couldn't connect|unable to open file descriptor|connection refused`)
+// (rdma_cm clients: REJ reason 8, nobody listens on the service yet.)
+var connectFailed = regexp.MustCompile(`(?i)couldn't connect|unable to open file descriptor|connection refused|REJECTED, error:? 8|rejected.*8`)
 
 // runPair runs a server (srv on device 0) and a client (cli on device 1,
 // given the port) the way users run them: the client starts once the
@@ -137,9 +138,14 @@ func runPair(t *testing.T, s, c tool, d time.Duration, srv []string, cli func(po
 	return srvOut, cliOut
 }
 
-// srvArgs gives the server its port (-p in rdma-core's examples, perftest
-// and our tools, which all take options after their operands).
+// srvArgs gives the server its port (-p in the pingpongs, rping, perftest
+// and our tools, which all take options after their operands); the
+// librdmacm examples have fixed ports (their -p is a port space).
 func srvArgs(args []string, port string) []string {
+	switch filepath.Base(args[0]) {
+	case "ucmatose", "udaddy", "rdma_server", "cmtime":
+		return args
+	}
 	return append(append([]string(nil), args...), "-p", port)
 }
 
