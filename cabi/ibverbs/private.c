@@ -42,5 +42,22 @@ int vrnicd_cm_fd(struct ibv_context *ctx) { return to_vctx(ctx)->sock; }
 /* vrnicd_qp_handle is a QP's handle on its context's connection. */
 uint32_t vrnicd_qp_handle(struct ibv_qp *qp) { return container_of(qp, struct vrn_qp, qp)->handle; }
 
+/* vrnicd_qp_by_num finds the handle of ctx's QP numbered qpn (a program
+ * that made its QP itself names it by number in rdma_conn_param). */
+int vrnicd_qp_by_num(struct ibv_context *ctx, uint32_t qpn, uint32_t *handle)
+{
+	struct vrn_context *c = to_vctx(ctx);
+	int found = 0;
+	pthread_mutex_lock(&c->qp_mu);
+	for (struct vrn_qp *q = c->qps; q; q = q->next)
+		if (q->qp.qp_num == qpn) {
+			*handle = q->handle;
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&c->qp_mu);
+	return found ? 0 : ENOENT;
+}
+
 /* vrnicd_dead says whether ctx's daemon has gone. */
 int vrnicd_dead(struct ibv_context *ctx) { return __atomic_load_n(&to_vctx(ctx)->dead, __ATOMIC_ACQUIRE); }

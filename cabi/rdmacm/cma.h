@@ -21,6 +21,7 @@ void vrnicd_cm_handler(struct ibv_context *ctx, void (*fn)(void *arg, const void
 int vrnicd_cm_pump(struct ibv_context *ctx);
 int vrnicd_cm_fd(struct ibv_context *ctx);
 uint32_t vrnicd_qp_handle(struct ibv_qp *qp);
+int vrnicd_qp_by_num(struct ibv_context *ctx, uint32_t qpn, uint32_t *handle);
 int vrnicd_dead(struct ibv_context *ctx);
 
 #define CMA_MAX_DEVS 16
@@ -66,6 +67,7 @@ struct cma_id {
 	uint8_t resp_res, init_depth;
 	uint8_t tos, ack_timeout;
 	int reuse, afonly;
+	int auto_port;                    /* bound to port 0: the port is ours to pick again */
 	struct ibv_qp_init_attr *qp_init; /* rdma_create_ep on a listener: what rdma_get_request makes */
 	int own_cqs;                      /* rdma_create_qp made the CQs */
 	pthread_mutex_t mu;

@@ -128,6 +128,12 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 		cma_set_dev(c, d);
 	}
 	memcpy(&id->route.addr.src_storage, addr, sa_len(addr));
+	if (!port_of(addr)) {
+		/* The kernel picks the port at bind: programs read it right away
+		 * (rdma_get_src_port) to tell their peer. */
+		set_port(&id->route.addr.src_addr, ephemeral());
+		c->auto_port = 1;
+	}
 	c->state = CMA_BOUND;
 	return 0;
 }
@@ -261,9 +267,9 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	uint8_t a[16];
 	uint16_t port;
 	cma_to_v6(&id->route.addr.src_addr, a, &port);
-	int tries = port ? 1 : 32, err = 0;
+	int tries = c->auto_port ? 32 : 1, err = 0;
 	for (int t = 0; t < tries; t++) {
-		uint16_t p = port ? port : ephemeral();
+		uint16_t p = t == 0 ? port : ephemeral(); /* a port we picked may be taken: pick again */
 		err = 0;
 		for (int d = 0; d < cma_ndevs && !err; d++) {
 			if (c->dev >= 0 && d != c->dev)
@@ -333,8 +339,11 @@ static int qp_handle(struct cma_id *c, const struct rdma_conn_param *p, uint32_t
 		*h = vrnicd_qp_handle(c->id.qp);
 		return 0;
 	}
-	(void)p;
-	return EINVAL; /* the daemon moves a QP it holds by handle: create it with rdma_create_qp */
+	/* The program made the QP itself and names it (conn_param->qp_num): it
+	 * must be on the id's device, which the daemon moves it on. */
+	if (!p || !p->qp_num)
+		return EINVAL;
+	return vrnicd_qp_by_num(c->id.verbs, p->qp_num, h);
 }
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
