@@ -20,10 +20,10 @@ func docPage() *docgen.Page {
 	docgen.SortFlags(flags)
 	return &docgen.Page{
 		Name: "vrnic-run", Section: 1,
-		Summary:  "run an unmodified libibverbs program on vrnicd",
+		Summary:  "run an unmodified libibverbs or librdmacm program on vrnicd",
 		Synopsis: []string{"[--socket PATH]... [--libdir DIR] [--print-env] [--] PROGRAM [ARGS...]"},
 		Description: []string{
-			"vrnic-run runs PROGRAM, a program linked against rdma-core's libibverbs (ibv_devinfo, ibv_rc_pingpong, perftest's ib_write_bw, ...), unmodified, on vrnicd(8): it puts the directory of vrnicd's drop-in " + verbsLib + " first in " + ldPathEnv + " (keeping what was there after it), sets " + socketEnv + " when --socket is given, and executes PROGRAM in its place (execve(2)), with ARGS as they are.",
+			"vrnic-run runs PROGRAM, a program linked against rdma-core's libibverbs or librdmacm (ibv_devinfo, ibv_rc_pingpong, perftest's ib_write_bw, rping, ...), unmodified, on vrnicd(8): it puts the directory of vrnicd's drop-in " + verbsLib + " and librdmacm.so.1 first in " + ldPathEnv + " (keeping what was there after it), sets " + socketEnv + " when --socket is given, and executes PROGRAM in its place (execve(2)), with ARGS as they are.",
 			"The drop-in library talks to vrnicd over its Unix socket: each socket is one device, named as the daemon names it. Without " + socketEnv + " it finds every *.sock in " + socketDir + " (other than metrics.sock).",
 			"The libraries' directory is --libdir, else $" + libDirEnv + ", else ../lib/vrnicd from the directory of vrnic-run's own executable, symlinks resolved: bin/vrnic-run finds lib/vrnicd in the source tree, and $PREFIX/bin/vrnic-run finds $PREFIX/lib/vrnicd, where make install puts the libraries (never in the system's library directory). vrnic-run fails if " + verbsLib + " is not there.",
 			"Options end at PROGRAM, the first argument that is not one of vrnic-run's options, or at --: what follows is PROGRAM's, so vrnic-run ib_write_bw -d vrnic0 passes -d to ib_write_bw.",

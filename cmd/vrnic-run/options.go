@@ -137,8 +137,8 @@ func option(args []string, i *int) (*getopt.Option, string, error) {
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: vrnic-run [--socket PATH]... [--libdir DIR] [--print-env] [--]\n")
 	fmt.Fprintf(w, "                 PROGRAM [ARGS...]\n")
-	fmt.Fprintf(w, "\nRuns PROGRAM, an unmodified libibverbs program, on vrnicd: the directory of\n")
-	fmt.Fprintf(w, "vrnicd's drop-in %s goes first in %s.\n", verbsLib, ldPathEnv)
+	fmt.Fprintf(w, "\nRuns PROGRAM, an unmodified libibverbs or librdmacm program, on vrnicd: the\n")
+	fmt.Fprintf(w, "directory of vrnicd's drop-in %s and librdmacm.so.1 goes first in %s.\n", verbsLib, ldPathEnv)
 	fmt.Fprintf(w, "Options end at PROGRAM (or at --); what follows is PROGRAM's.\n")
 	fmt.Fprintf(w, "\nOptions:\n")
 	fmt.Fprintf(w, "  --socket PATH   a vrnicd socket, one device; repeat for several: sets\n")
