@@ -56,6 +56,16 @@ static int is_any(const uint8_t a[16])
 	return !memcmp(a, zero, 16);
 }
 
+/* is_loopback: 127.0.0.0/8 or ::1. The kernel's rdma_cm binds such an
+ * address to the first RDMA device (cma_bind_loopback); libfabric's verbs
+ * provider binds 127.0.0.1 to learn the device. */
+static int is_loopback(const uint8_t a[16])
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const uint8_t one[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+	return (!memcmp(a, mapped, 12) && a[12] == 127) || !memcmp(a, one, 16);
+}
+
 /* cma_dev_of_addr is the device whose GID table holds the address, -1 if
  * none (RoCE GIDs are the port's IP addresses). */
 int cma_dev_of_addr(const struct sockaddr *sa)
@@ -119,7 +129,9 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	}
 	uint8_t a[16];
 	cma_to_v6(addr, a, NULL);
-	if (!is_any(a)) {
+	if (is_loopback(a)) {
+		cma_set_dev(c, 0);
+	} else if (!is_any(a)) {
 		int d = cma_dev_of_addr(addr);
 		if (d < 0) {
 			errno = EADDRNOTAVAIL; /* no RDMA device has it */
@@ -267,6 +279,8 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 	uint8_t a[16];
 	uint16_t port;
 	cma_to_v6(&id->route.addr.src_addr, a, &port);
+	if (is_loopback(a))
+		memset(a, 0, sizeof(a)); /* a loopback listener hears its device's addresses */
 	int tries = c->auto_port ? 32 : 1, err = 0;
 	for (int t = 0; t < tries; t++) {
 		uint16_t p = t == 0 ? port : ephemeral(); /* a port we picked may be taken: pick again */
