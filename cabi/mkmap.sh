@@ -1,8 +1,10 @@
 #!/bin/sh
-# mkmap.sh LIB: print a GNU ld version script for the drop-in libibverbs,
-# generated from the installed library LIB, so that its version nodes (the
-# private IBVERBS_PRIVATE_<N> included, whose N follows the distro's
-# rdma-core) and their inheritance are those programs were linked against.
+# mkmap.sh LIB: print a GNU ld version script for a drop-in library,
+# generated from the installed rdma-core library LIB it replaces, so that
+# its version nodes and their inheritance are those programs were linked
+# against. Used for libibverbs.so.1 (IBVERBS_1.0.., and the private
+# IBVERBS_PRIVATE_<N>, whose N follows the distro's rdma-core) and for
+# librdmacm.so.1 (RDMACM_1.0..); nothing below is particular to either.
 #
 # Rules (see shared/reference/libibverbs-abi.md, "Symbol-versioning details"):
 #  - every default-versioned symbol (objdump shows "NODE name") is listed
@@ -20,7 +22,7 @@ set -eu
 export LC_ALL=C # objdump's headings are translated in other locales
 
 if [ $# -ne 1 ] || [ ! -r "$1" ]; then
-	echo "usage: $0 /path/to/libibverbs.so.1" >&2
+	echo "usage: $0 /path/to/libibverbs.so.1 (or librdmacm.so.1)" >&2
 	exit 2
 fi
 lib=$1
