@@ -30,9 +30,11 @@ $(CABI_OUT)/ibverbs/%.o: cabi/ibverbs/%.c $(IBV_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CABI_CPPFLAGS) $(CABI_CFLAGS) $(CABI_WARN) -fPIC -pthread -c -o $@ $<
 
-$(CABI_OUT)/libibverbs.map: cabi/mkmap.sh $(IBVERBS_SYS)
+$(CABI_OUT)/libibverbs.map: cabi/mkmap.sh cabi/cabi.mk $(IBVERBS_SYS)
 	@mkdir -p $(dir $@)
-	cabi/mkmap.sh $(IBVERBS_SYS) >$@.tmp && mv $@.tmp $@
+	cabi/mkmap.sh $(IBVERBS_SYS) >$@.tmp && printf '%s\n' \
+		'VRNICD_PRIVATE_1 { global: vrnicd_cm_call; vrnicd_cm_handler; vrnicd_cm_pump; vrnicd_cm_fd;' \
+		'	vrnicd_qp_handle; vrnicd_qp_by_num; vrnicd_dead; };' >>$@.tmp && mv $@.tmp $@
 
 # --no-undefined-version: every symbol of the installed library must be
 # defined here, or the link fails (a program linked BIND_NOW would fail at load).
@@ -67,7 +69,7 @@ ifeq ($(CABI_HAVE_HDRS)$(if $(IBVERBS_SYS),yes),yesyes)
 cabi-sanitize: $(CABI_SAN_OUT)/lib/libibverbs.so.1
 	VRNIC_CABI_IBVERBS=$(CURDIR)/$(CABI_SAN_OUT)/lib/libibverbs.so.1 \
 	VRNIC_CABI_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
-		$(GO) test -count=1 -run 'Pingpong|Perftest|DaemonGone|Pyverbs|Mixed|Devinfo|VerbsCoverage' ./cabi/
+		$(GO) test -count=1 -run 'Pingpong|Perftest|DaemonGone|Pyverbs|Mixed|Devinfo|VerbsCoverage|Rdmacm' ./cabi/
 else
 cabi-sanitize:
 	@echo "cabi-sanitize: skipped: the drop-in libibverbs cannot be built here (make deps)"
