@@ -131,6 +131,8 @@ void cma_set_dev(struct cma_id *c, int dev)
 	cma_watch(c->chan, dev);
 }
 
+/* The eventfd is readable exactly while the queue holds an event, as the
+ * kernel's rdma_cm fd is (ucma_poll): both change under ch->mu only. */
 void cma_queue(struct cma_channel *ch, struct cma_event *e)
 {
 	uint64_t one = 1;
@@ -141,10 +143,19 @@ void cma_queue(struct cma_channel *ch, struct cma_event *e)
 	else
 		ch->head = e;
 	ch->tail = e;
-	pthread_mutex_unlock(&ch->mu);
 	if (write(ch->evfd, &one, sizeof(one)) < 0) {
 		/* the counter cannot overflow at one per event */
 	}
+	pthread_mutex_unlock(&ch->mu);
+}
+
+/* drained: the queue is empty, so the eventfd must not be readable. ch->mu held. */
+static void drained(struct cma_channel *ch)
+{
+	uint64_t v;
+	if (!ch->head)
+		while (read(ch->evfd, &v, sizeof(v)) > 0)
+			;
 }
 
 static struct cma_event *dequeue(struct cma_channel *ch)
@@ -155,11 +166,8 @@ static struct cma_event *dequeue(struct cma_channel *ch)
 		ch->head = e->next;
 		if (!ch->head)
 			ch->tail = NULL;
-	} else {
-		uint64_t v;
-		while (read(ch->evfd, &v, sizeof(v)) > 0) /* empty: not readable */
-			;
 	}
+	drained(ch);
 	pthread_mutex_unlock(&ch->mu);
 	return e;
 }
@@ -268,6 +276,7 @@ static void drop_queued(struct cma_id *c)
 		pp = &e->next;
 	}
 	ch->tail = prev;
+	drained(ch);
 	pthread_mutex_unlock(&ch->mu);
 }
 
@@ -339,6 +348,24 @@ static void params(struct cma_event *e, const struct vrn_cm_event_msg *m, int ud
 		a->sl = m->ah.sl;
 		a->port_num = m->ah.port ? m->ah.port : 1;
 		return;
+	}
+	/* The kernel's lengths: the MAD's whole private data area after the
+	 * cma_hdr, zeros past what the peer wrote (cma_set_req_event_data 56,
+	 * cma_set_rep_event_data 196, IB_CM_REJ_RECEIVED 148); the daemon
+	 * sends none when the area is all zeros. */
+	switch (e->ev.event) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		n = 56;
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (!to_cma(e->ev.id)->listen)
+			n = 196; /* the REP's, on the active side */
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		n = 148;
+		break;
+	default:
+		break;
 	}
 	struct rdma_conn_param *p = &e->ev.param.conn;
 	p->private_data = n ? e->priv : NULL;
@@ -540,7 +567,13 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		pp = &e->next;
 	}
 	from->tail = prev;
+	drained(from);
 	pthread_mutex_unlock(&from->mu);
+	if (c->sync && id->event) {
+		/* as librdmacm: a synchronous id's held event is acked first */
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
 	pthread_mutex_lock(&cma_mu);
 	c->chan = to;
 	id->channel = channel;
@@ -558,5 +591,11 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		n = e->next;
 		cma_queue(to, e);
 	}
+	/* As librdmacm: return once every event of the id taken from the old
+	 * channel is acked, so none is handled there after this returns. */
+	pthread_mutex_lock(&c->mu);
+	while (c->events_out > 0)
+		pthread_cond_wait(&c->cond, &c->mu);
+	pthread_mutex_unlock(&c->mu);
 	return 0;
 }
