@@ -10,18 +10,20 @@ import (
 )
 
 // buildProg compiles one of testprog/'s C programs against rdma-core's
-// headers (run against our library through LD_LIBRARY_PATH).
-func buildProg(t *testing.T, name string) string {
+// headers (run against our library through LD_LIBRARY_PATH), linked with
+// libibverbs and libs (e.g. "-lrdmacm").
+func buildProg(t *testing.T, name string, libs ...string) string {
 	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		t.Skip("no C compiler")
 	}
 	out := filepath.Join(t.TempDir(), name)
-	b, err := exec.Command(cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", out,
-		filepath.Join("testprog", name+".c"), "-libverbs").CombinedOutput()
+	args := append(append([]string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-o", out,
+		filepath.Join("testprog", name+".c")}, libs...), "-libverbs")
+	b, err := exec.Command(cc, args...).CombinedOutput()
 	if err != nil {
-		t.Skipf("building %s (apt-get install libibverbs-dev): %v\n%s", name, err, b)
+		t.Skipf("building %s (apt-get install libibverbs-dev librdmacm-dev): %v\n%s", name, err, b)
 	}
 	return out
 }
