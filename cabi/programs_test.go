@@ -95,13 +95,24 @@ func freePort(t *testing.T) string {
 }
 
 // connectFailed says a client found no server listening yet.
-// (rdma_cm clients: REJ reason 8, nobody listens on the service yet.)
-var connectFailed = regexp.MustCompile(`(?i)couldn't connect|unable to open file descriptor|connection refused|REJECTED, error:? 8|rejected.*8`)
+// (rdma_cm clients: REJ reason 8, nobody listens on the service yet; over
+// SIDR, udaddy: UNREACHABLE with SIDR status 1; perftest -R says the
+// REJECTED event's number, 8.)
+var connectFailed = regexp.MustCompile(`(?i)couldn't connect|unable to open file descriptor|connection refused|REJECTED, error:? 8|rejected.*8|UNREACHABLE, error: 1|Unexpected CM event bl blka 8`)
 
 // runPair runs a server (srv on device 0) and a client (cli on device 1,
 // given the port) the way users run them: the client starts once the
 // server listens, retried while it finds no listener.
 func runPair(t *testing.T, s, c tool, d time.Duration, srv []string, cli func(port string) []string) (srvOut, cliOut string) {
+	t.Helper()
+	return runPairReady(t, s, c, d, srv, cli, nil)
+}
+
+// runPairReady is runPair whose client starts once ready (when not nil)
+// says the server is listening: a client of several connections that
+// comes early may have some refused and others taken, and the server then
+// waits for ever for the ones it took.
+func runPairReady(t *testing.T, s, c tool, d time.Duration, srv []string, cli func(port string) []string, ready func() bool) (srvOut, cliOut string) {
 	t.Helper()
 	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -112,6 +123,15 @@ func runPair(t *testing.T, s, c tool, d time.Duration, srv []string, cli func(po
 	}
 	done := make(chan error, 1)
 	go func() { done <- sc.Wait() }()
+	for ready != nil && !ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("server exited before it listened: %v\n%s", err, sbuf)
+		case <-ctx.Done():
+			t.Fatalf("server did not listen in %v:\n%s", d, sbuf)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	var cerr error
 	for range 100 {
 		cliOut, cerr = c.run(t, d, cli(port)...)
@@ -140,10 +160,11 @@ func runPair(t *testing.T, s, c tool, d time.Duration, srv []string, cli func(po
 
 // srvArgs gives the server its port (-p in the pingpongs, rping, perftest
 // and our tools, which all take options after their operands); the
-// librdmacm examples have fixed ports (their -p is a port space).
+// librdmacm examples have fixed ports (their -p is a port space), and so
+// have their vrnic- counterparts that keep that (vrnic-udaddy's -p too).
 func srvArgs(args []string, port string) []string {
 	switch filepath.Base(args[0]) {
-	case "ucmatose", "udaddy", "rdma_server", "cmtime":
+	case "ucmatose", "udaddy", "rdma_server", "cmtime", "vrnic-udaddy", "vrnic-ucmatose", "vrnic-cmtime":
 		return args
 	}
 	return append(append([]string(nil), args...), "-p", port)
