@@ -1,9 +1,14 @@
 package cabi
 
 import (
+	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +108,96 @@ func TestProgramsOnRealDaemons(t *testing.T) {
 			checkPerftest(t, tc.prog, tc.args, srvOut, cliOut)
 			t.Logf("%s%s", bwLine.FindString(cliOut), latLine.FindString(cliOut))
 		})
+	}
+}
+
+// linkLocalGID is a device's GID 0, its IPv6 link-local address (vrnicd's
+// GID table is laid out as kernel rxe's).
+func linkLocalGID(t *testing.T, tl tool) string {
+	t.Helper()
+	out, err := tl.run(t, 10*time.Second, "ibv_devinfo", "-v")
+	if err != nil {
+		t.Fatalf("ibv_devinfo: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`GID\[\s*0\]:\s+(fe80:[0-9a-f:]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no link-local GID 0:\n%s", out)
+	}
+	return m[1]
+}
+
+// waitLinkLocal waits until iface in ns has addr as a link-local address
+// that has finished duplicate address detection (getaddrinfo and the
+// kernel's neighbour discovery need it).
+func waitLinkLocal(t *testing.T, ns, iface, addr string) {
+	t.Helper()
+	want := net.ParseIP(addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "ip", "-6", "-o", "addr", "show", "dev", iface, "scope", "link").CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			for i := range f {
+				if f[i] == "inet6" && i+1 < len(f) {
+					if ip, _, err := net.ParseCIDR(f[i+1]); err == nil && ip.Equal(want) && !strings.Contains(l, "tentative") {
+						return
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s has no usable %s:\n%s", iface, ns, addr, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Debian's rping under the drop-in librdmacm between two vrnicd processes
+// on a real link (raw mode on a veth pair, each end in its namespace): over
+// IPv4, and over the IPv6 link-local GID (the daemon's GID 0, the
+// interface's own fe80:: address), written scoped as users write it,
+// fe80::…%vcab0 for the server in its namespace and %vcab1 for the client
+// in the other. 64, 4096 and 65535 bytes, validated, every ping checked.
+func TestRdmacmOnRealDaemons(t *testing.T) {
+	needProgram(t, "rping", "rdmacm-utils")
+	tl := realDaemons(t)
+	needRdmacm(t, tl[0])
+	ctl := buildGoTool(t, "vrnicctl")
+	ll := linkLocalGID(t, tl[0])
+	waitLinkLocal(t, tl[0].ns, "vcab0", ll)
+	waitLinkLocal(t, tl[1].ns, "vcab1", linkLocalGID(t, tl[1]))
+	for _, fam := range []struct{ name, srv, cli string }{
+		{"ipv4", "198.51.100.1", "198.51.100.1"},
+		{"ipv6 link-local", ll + "%vcab0", ll + "%vcab1"},
+	} {
+		for _, r := range []struct{ count, size int }{{20, 64}, {20, 4096}, {5, 65535}} {
+			t.Run(fmt.Sprintf("%s/%d", fam.name, r.size), func(t *testing.T) {
+				c, s := strconv.Itoa(r.count), strconv.Itoa(r.size)
+				srv := []string{"rping", "-s", "-a", fam.srv, "-C", c, "-S", s, "-v", "-V"}
+				srvOut, cliOut := runPair(t, tl[0], tl[1], 60*time.Second, srv, func(port string) []string {
+					return []string{"rping", "-c", "-p", port, "-a", fam.cli, "-C", c, "-S", s, "-v", "-V"}
+				})
+				rpingBoth(r.count, r.size)(t, srvOut, cliOut)
+				// The server's daemon keeps the connection in timewait:
+				// its addresses say which GID carried it.
+				out, err := exec.Command(ctl, "cm", "--json", "--socket", tl[0].socket).Output()
+				var conns []struct {
+					State string `json:"state"`
+					Local string `json:"local_addr"`
+					Peer  string `json:"peer_addr"`
+				}
+				if err != nil || json.Unmarshal(out, &conns) != nil {
+					t.Fatalf("vrnicctl cm --json: %v\n%s", err, out)
+				}
+				ok := false
+				for _, c := range conns {
+					ipv6 := strings.Contains(c.Local, "fe80:") && strings.Contains(c.Peer, "fe80:")
+					ok = ok || ipv6 == strings.HasPrefix(fam.name, "ipv6")
+				}
+				if !ok {
+					t.Fatalf("no %s connection in the daemon's CM table:\n%s", fam.name, out)
+				}
+			})
+		}
 	}
 }
