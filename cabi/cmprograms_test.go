@@ -211,14 +211,6 @@ func withPort(args []string, port string) []string {
 	return args
 }
 
-func checkBoth(srv, cli *regexp.Regexp) func(t *testing.T, s, c string) {
-	return func(t *testing.T, s, c string) {
-		if !srv.MatchString(s) || !cli.MatchString(c) {
-			t.Fatalf("server:\n%s\nclient:\n%s", s, c)
-		}
-	}
-}
-
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimSpace(s), "\n")
 	if len(l) > n {
