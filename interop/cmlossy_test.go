@@ -166,9 +166,14 @@ func waitOurListen(ctx context.Context, t *testing.T, d *daemon, port int, p *ho
 // lossyCase is one tool pairing, one way: how to run each side and what
 // to check after.
 type lossyCase struct {
-	port         int
-	kernel       string   // the guest's command
-	ours         []string // the vrnic tool and its arguments (--socket is added)
+	port   int
+	kernel string   // the guest's command
+	ours   []string // the vrnic tool and its arguments (--socket is added)
+	whole  bool     // ours is the whole argv (a host program under the drop-in libraries): no --socket
+	// settle: the daemon's CM may still be finishing when both tools are
+	// done (a lost DREP: our DREQ is resent after the peer exited), so the
+	// table must become clean within settleCM rather than at once.
+	settle       bool
 	kernelServer bool
 	fromG, toG   []string // the MADs impaired each way (the guest's view)
 	// lostFromG, lostToG, when set, are the MADs lost (fromG, toG are
@@ -198,7 +203,10 @@ func (c lossyCase) run(t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM, d *daemon
 		kerr, err      error
 		start          time.Time
 	)
-	ours := append([]string{c.ours[0], "--socket", d.socket}, c.ours[1:]...)
+	ours := c.ours
+	if !c.whole {
+		ours = append([]string{c.ours[0], "--socket", d.socket}, c.ours[1:]...)
+	}
 	fromG, toG := c.fromG, c.toG
 	if !dup && (c.lostFromG != nil || c.lostToG != nil) {
 		fromG, toG = c.lostFromG, c.lostToG
@@ -226,6 +234,9 @@ func (c lossyCase) run(t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM, d *daemon
 	}
 	c.check(t, ko, so)
 	a.check(t)
+	if c.settle {
+		waitCMDone(t, d, settleCM)
+	}
 	checkCMDone(t, d)
 	cmCounted(t, d, before, uint64(c.conns), c.counted...)
 }
