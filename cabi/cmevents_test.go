@@ -14,13 +14,6 @@ import (
 // cmCaseLine is one case's result (or note) in testprog/cmevents.c's output.
 var cmCaseLine = regexp.MustCompile(`(?m)^(ok|FAIL|SKIP|info) ([a-z0-9_]+)(: .*)?$`)
 
-// killedSkip is why cmevents' "killed" case is skipped on vrnicd: a daemon
-// bug, not the library's.
-const killedSkip = "killed=vrnicd bug: the REJ (reason 1, timeout) the client's daemon sends for a departed client's " +
-	"REQ carries Remote Communication ID 0 and the sender's CA GUID in its ARI: the kernel finds the passive side by " +
-	"that GUID and the sender's ID (cm.c cm_acquire_rejected_id), vrnicd's transport/cm dispatches by the Remote ID " +
-	"and drops it, so the server's request lives on and an accept's REP is resent ~60 s into UNREACHABLE"
-
 // librdmacm's event channels and connection calls as an application uses
 // them, on the drop-in librdmacm (testprog/cmevents.c says what each case
 // checks, each as rdma-core v44's librdmacm over the kernel's rdma_ucm
@@ -37,7 +30,6 @@ func TestRdmacmEvents(t *testing.T) {
 	both := tool{tl[0].libDir, tl[0].socket + ":" + tl[1].socket, ""}
 	start := time.Now()
 	cmd, buf := both.command(t.Context(), prog, ds[0].Host.Addr.String(), ds[1].Host.Addr.String(), "192.0.2.77")
-	cmd.Env = append(cmd.Env, "CMEVENTS_SKIP="+killedSkip)
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -464,3 +464,30 @@ func TestQPAccessFollowsResponderResources(t *testing.T) {
 		t.Errorf("active modify %+v", aOut.Modify[0])
 	}
 }
+
+// An active side that gives up while its REQ is unanswered sends REJ
+// "Timeout" with no comm ID of ours (it never got one) and its CA GUID in
+// the ARI (IBA 12.6.7); the passive side finds the request by the sender's
+// comm ID and GUID, as the kernel's cm_acquire_rejected_id, and drops it
+// with a REJECTED event instead of answering it for the REP's retries.
+func TestActiveGivingUpBeforeREPRejectsThePassiveRequest(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	var out Output
+	aid, err := p.active.Connect(rpingConnect(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pOut := deliver(t, &out, p.passive, activeIP)
+	only(t, pOut, EventConnectRequest)
+	out.Reset()
+	if err := p.active.Disconnect(aid, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	ev := only(t, deliver(t, &out, p.passive, activeIP), EventRejected)
+	if ev.Reason != mad.RejTimeout {
+		t.Errorf("passive event %+v, want REJECTED reason Timeout", ev)
+	}
+	if n, _ := p.passive.Len(); n != 0 {
+		t.Error("passive keeps the request its active side gave up")
+	}
+}

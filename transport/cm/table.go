@@ -2,6 +2,7 @@ package cm
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -332,8 +333,11 @@ func (t *Table) unsupported(from netip.Addr, b []byte, out *Output) {
 // carry 0 for its sender's ID (a REJ of a REQ it never kept).
 func (t *Table) dispatch(msg mad.Message, from netip.Addr, tid uint64, now time.Time, out *Output) {
 	local, remote := replyIDs(msg)
+	rej, isREJ := msg.(*mad.REJ)
+	if isREJ && local == 0 {
+		local = t.rejectedByTimeout(rej)
+	}
 	c, ok := t.conns[local]
-	_, isREJ := msg.(*mad.REJ)
 	if !ok || c.Peer != from || (c.RemoteID != 0 && remote != c.RemoteID && !(isREJ && remote == 0)) {
 		t.counters.Dropped++
 		return
@@ -350,6 +354,18 @@ func (t *Table) dispatch(msg mad.Message, from netip.Addr, tid uint64, now time.
 	case *mad.DREP:
 		t.onDREP(c, m, now, out)
 	}
+}
+
+// rejectedByTimeout finds the request a REJ "Timeout" of an active side
+// that gave up before our REP names: it knows no comm ID of ours (0), so
+// it is known by its own comm ID and the CA GUID in the ARI, as the
+// kernel's cm_acquire_rejected_id finds it. 0 when none.
+func (t *Table) rejectedByTimeout(m *mad.REJ) uint32 {
+	if m.Reason != mad.RejTimeout || m.RejectedInfoLength < 8 {
+		return 0
+	}
+	guid := binary.BigEndian.Uint64(m.ARI[:8])
+	return t.byRemote[remoteKey{m.LocalCommID, guid}]
 }
 
 // replyIDs are a reply's Remote (ours) and Local (the peer's) comm IDs.
