@@ -241,16 +241,30 @@ func (h *dropinCM) runClean(t *testing.T, c cmCase, kernelServer bool) {
 	var srv, cli, who string
 	if kernelServer {
 		kcmd := c.kServer(guest)
-		job := h.vm.StartTimeout(kcmd, c.timeout)
-		defer job.Kill()
-		if !c.udAddress {
-			waitKernelListen(ctx, t, h.vm, c.port, job)
-		}
 		argv := c.hClient(h, guest)
-		so, se, exit, err := retryWhile(ctx, c.notYet, func() (string, string, int, error) {
-			return startTool(t, h.n, argv...).wait(ctx)
-		})
-		ko, ke, kexit, kerr := job.Wait(ctx)
+		var so, se, ko, ke string
+		var exit, kexit int
+		var err, kerr error
+		for attempt := 1; ; attempt++ {
+			job := h.vm.StartTimeout(kcmd, c.timeout)
+			if !c.udAddress {
+				waitKernelListen(ctx, t, h.vm, c.port, job)
+			}
+			so, se, exit, err = retryWhile(ctx, c.notYet, func() (string, string, int, error) {
+				return startTool(t, h.n, argv...).wait(ctx)
+			})
+			// perftest -R connects twice: its channel, then the test QPs,
+			// for which the slow guest may not listen yet (REJ 8). The
+			// server then waits for ever: start both again.
+			if exit != 0 && strings.Contains(so+se, "RDMA_CM_EVENT_REJECTED; error: 8") && attempt < 3 {
+				job.Kill()
+				t.Logf("attempt %d: the guest's second listener was late (REJ 8); again", attempt)
+				continue
+			}
+			ko, ke, kexit, kerr = job.Wait(ctx)
+			job.Kill()
+			break
+		}
 		if err != nil || exit != 0 || kerr != nil || kexit != 0 {
 			t.Fatalf("host %s (drop-in, client): exit %d %v\n%s%s\nkernel %q (server): exit %d %v\n%s%s",
 				strings.Join(argv[4:], " "), exit, err, so, se, kcmd, kexit, kerr, ko, ke)
