@@ -55,13 +55,20 @@ func ourLib(t *testing.T) string {
 // sysLib returns rdma-core's installed libibverbs.so.1, or skips.
 func sysLib(t *testing.T) string {
 	t.Helper()
+	return sysLibrary(t, "libibverbs.so.1", "libibverbs1 libibverbs-dev")
+}
+
+// sysLibrary returns an installed rdma-core library, or skips naming the
+// Debian packages that hold it.
+func sysLibrary(t *testing.T, name, pkgs string) string {
+	t.Helper()
 	for _, d := range []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"} {
-		p := filepath.Join(d, "libibverbs.so.1")
+		p := filepath.Join(d, name)
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
 	}
-	t.Skip("rdma-core's libibverbs.so.1 is not installed: apt-get install libibverbs1 libibverbs-dev")
+	t.Skipf("rdma-core's %s is not installed: apt-get install %s", name, pkgs)
 	return ""
 }
 

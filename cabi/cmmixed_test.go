@@ -91,7 +91,7 @@ func TestRdmacmCmtime(t *testing.T) {
 	needProgram(t, "cmtime", "rdmacm-utils")
 	vcm := buildGoTool(t, "vrnic-cmtime")
 	tl, ds := devices(t, 1500)
-	needRdmacm(t, tl[0])
+	ourRdmacm(t)
 	srv := ds[0].Host.Addr.String()
 	for _, tc := range []struct {
 		name     string
@@ -126,7 +126,7 @@ const rsocketsMsg = "vrnicd's librdmacm has no rsockets"
 func TestRdmacmRsocketPrograms(t *testing.T) {
 	needProgram(t, "rstream", "rdmacm-utils")
 	tl, ds := devices(t, 1500)
-	needRdmacm(t, tl[0])
+	ourRdmacm(t)
 	srv := ds[0].Host.Addr.String()
 	for _, argv := range [][]string{
 		{"rstream"}, {"rstream", "-s", srv}, {"rstream", "-s", srv, "-S", "all"}, {"rstream", "-s", srv, "-b", srv, "-k", "1"},
@@ -167,7 +167,7 @@ func TestRdmacmMixedWithGoTools(t *testing.T) {
 		tools[n] = buildGoTool(t, n)
 	}
 	tl, ds := devices(t, 1500)
-	needRdmacm(t, tl[0])
+	ourRdmacm(t)
 	srv := ds[0].Host.Addr.String()
 	type pairing struct {
 		name     string

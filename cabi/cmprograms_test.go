@@ -2,8 +2,6 @@ package cabi
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,14 +13,6 @@ import (
 // drop-in librdmacm.so.1 (beside the drop-in libibverbs.so.1), both ends on
 // vrnicd devices: the addresses are the devices' own (their GIDs), and
 // rdma_cm does all the connecting, no TCP.
-
-// needRdmacm skips unless the drop-in librdmacm was built beside libibverbs.
-func needRdmacm(t *testing.T, tl tool) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(tl.libDir, "librdmacm.so.1")); err != nil {
-		t.Skipf("the drop-in librdmacm.so.1 is not built (make cabi): %v", err)
-	}
-}
 
 // deviceAddr is a device's IPv4 address: its IPv4-mapped GID.
 func deviceAddr(t *testing.T, tl tool) string {
@@ -143,7 +133,7 @@ func perfCM(prog string, args ...string) func(t *testing.T, srv, cli string) {
 func TestRdmacmPrograms(t *testing.T) {
 	needProgram(t, "rping", "rdmacm-utils")
 	tl, _ := devices(t, 1500)
-	needRdmacm(t, tl[0])
+	ourRdmacm(t)
 	srvAddr := deviceAddr(t, tl[0])
 	rping := func(count, size int, flags ...string) ([]string, []string) {
 		c, s := strconv.Itoa(count), strconv.Itoa(size)

@@ -161,7 +161,7 @@ func waitLinkLocal(t *testing.T, ns, iface, addr string) {
 func TestRdmacmOnRealDaemons(t *testing.T) {
 	needProgram(t, "rping", "rdmacm-utils")
 	tl := realDaemons(t)
-	needRdmacm(t, tl[0])
+	ourRdmacm(t)
 	ctl := buildGoTool(t, "vrnicctl")
 	ll := linkLocalGID(t, tl[0])
 	waitLinkLocal(t, tl[0].ns, "vcab0", ll)

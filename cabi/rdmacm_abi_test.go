@@ -29,14 +29,7 @@ func ourRdmacm(t *testing.T) string {
 // sysRdmacm returns rdma-core's installed librdmacm.so.1, or skips.
 func sysRdmacm(t *testing.T) string {
 	t.Helper()
-	for _, d := range []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"} {
-		p := filepath.Join(d, "librdmacm.so.1")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Skip("rdma-core's librdmacm.so.1 is not installed: apt-get install librdmacm1 librdmacm-dev")
-	return ""
+	return sysLibrary(t, "librdmacm.so.1", "librdmacm1 librdmacm-dev")
 }
 
 // dynamicEntries returns lib's dynamic section entries of one tag (NEEDED,
