@@ -59,6 +59,12 @@ func (t *Table) RegMR(pd PD, b Backing, offset, length, iova uint64, access Acce
 	if k != KindNone {
 		return 0, mkerr(OpVerb, k)
 	}
+	return t.createUserMR(p, pd, reg, access, iova, length)
+}
+
+// createUserMR enters a user MR over reg in pd's table, or releases reg
+// when the table is full. Caller holds t.mu.
+func (t *Table) createUserMR(p *pdInfo, pd PD, reg *region, access Access, iova, length uint64) (uint32, error) {
 	key, ok := t.create(p, &snap{pd: pd, state: StateValid, kind: ObjUserMR,
 		access: access, iova: iova, length: length, reg: reg})
 	if !ok {

@@ -55,13 +55,7 @@ func (t *Table) RegMRSegments(pd PD, segs []Segment, pageSize uint32, first, len
 	if k != KindNone {
 		return 0, mkerr(OpVerb, k)
 	}
-	key, ok := t.create(p, &snap{pd: pd, state: StateValid, kind: ObjUserMR,
-		access: access, iova: iova, length: length, reg: reg})
-	if !ok {
-		reg.release()
-		return 0, mkerr(OpVerb, KindNoSpace)
-	}
-	return key, nil
+	return t.createUserMR(p, pd, reg, access, iova, length)
 }
 
 // checkSegments validates a segment list against its backings and the
