@@ -11,7 +11,9 @@
 //     it up (vishvananda/netlink). vrnicd is the NIC on the far side of the
 //     TAP: it has its own MAC (TAPConfig.MAC), distinct from the kernel
 //     side's, and its own IP addresses; a bridge connects the kernel side to
-//     other hosts or VMs. The TAP is not persistent: Close removes it.
+//     other hosts or VMs. The TAP is not persistent: Close removes it. A
+//     persistent TAP of the name that exists (ip tuntap add) is attached to
+//     instead and outlives Close (TAP.Adopted).
 //   - OpenRaw opens an AF_PACKET socket on an existing interface and uses
 //     the interface's own MAC. A classic-BPF filter (RoCEFilter) can limit
 //     what is read to RoCEv2; frames the host itself sends are not read
