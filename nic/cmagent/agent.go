@@ -257,6 +257,7 @@ func (a *Agent) flush() {
 
 func (a *Agent) flushOnce() {
 	for _, m := range a.out.Modify {
+		a.log.Debug("CM QP transition", "qpn", m.QPN, "id", m.ID, "state", m.State)
 		if err := a.modify(m); err != nil {
 			a.ctr.ModifyErrors.Add(1)
 			a.log.Debug("CM QP transition failed", "qpn", m.QPN, "state", m.State, "err", err)
@@ -272,6 +273,7 @@ func (a *Agent) flushOnce() {
 	evs := slices.Clone(a.out.Events)
 	a.out.Reset()
 	for _, ev := range evs {
+		a.log.Debug("CM event", "id", ev.ID, "kind", ev.Kind)
 		a.deliver(ev)
 	}
 }

@@ -4,6 +4,8 @@ package servertest
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -44,9 +46,13 @@ func TwoDaemonsCM(t testing.TB, mtu int, limits verbsock.Limits, cmcfg cm.Config
 	ha, hb := nictest.Pair(t, mtu)
 	var ds [2]Daemon
 	for i, h := range []*nictest.Host{ha, hb} {
-		ag := cmagent.New(h.Dev, cmagent.Config{CM: cmcfg})
+		var lg *slog.Logger
+		if os.Getenv("VRNICD_TEST_LOG") != "" {
+			lg = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dev", i)
+		}
+		ag := cmagent.New(h.Dev, cmagent.Config{CM: cmcfg, Log: lg})
 		t.Cleanup(ag.Close)
-		srv, err := server.New(server.Config{Device: h.Dev, Limits: limits, CM: ag})
+		srv, err := server.New(server.Config{Device: h.Dev, Limits: limits, CM: ag, Log: lg})
 		if err != nil {
 			t.Fatal(err)
 		}
