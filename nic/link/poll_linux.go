@@ -59,8 +59,11 @@ func (r *Raw) copyRing(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, err
 }
 
-// sockErr takes the socket's pending error (the interface went away:
-// ENETDOWN), which a ring, unlike recvmmsg, does not report by itself.
+// sockErr takes the socket's pending error, which a ring, unlike
+// recvmmsg, does not report by itself. ENETDOWN (the interface went down)
+// is no error of the link's: the socket receives again once the interface
+// is up (af_packet re-registers it on NETDEV_UP), and the port's state is
+// the netlink watch's to report (Watch).
 func (r *Raw) sockErr() error {
 	if r.rc.events()&pollBad == 0 {
 		return nil
@@ -71,6 +74,8 @@ func (r *Raw) sockErr() error {
 	switch {
 	case gerr != nil:
 		return r.fdErr(gerr)
+	case soErr == int(unix.ENETDOWN):
+		return nil
 	case soErr != 0:
 		return r.fdErr(unix.Errno(soErr))
 	}

@@ -58,7 +58,7 @@ type Raw struct {
 	name       string
 	ifindex    int
 	mac        net.HardwareAddr
-	mtu        int
+	mtu        atomic.Int64 // the interface's, as last set (SetMTU)
 	batch      int
 	rc         *sysFD // off the Go netpoller (see sysFD)
 	closed     atomic.Bool
@@ -155,7 +155,6 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		name:    ifi.Name,
 		ifindex: ifi.Index,
 		mac:     append(net.HardwareAddr(nil), ifi.HardwareAddr...),
-		mtu:     ifi.MTU,
 		batch:   cfg.BatchSize,
 		ring:    ring,
 		rc:      sfd,
@@ -165,6 +164,7 @@ func OpenRaw(cfg RawConfig) (*Raw, error) {
 		whdrs:   make([]unix.Mmsghdr, cfg.BatchSize),
 		wiovs:   make([]unix.Iovec, cfg.BatchSize),
 	}
+	r.mtu.Store(int64(ifi.MTU))
 	return r, nil
 }
 
@@ -183,8 +183,12 @@ func attachFilter(fd int, prog []bpf.RawInstruction) error {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func (r *Raw) BatchSize() int                 { return r.batch }
-func (r *Raw) MTU() int                       { return r.mtu }
+func (r *Raw) BatchSize() int { return r.batch }
+func (r *Raw) MTU() int       { return int(r.mtu.Load()) }
+
+// SetMTU follows a change of the interface's MTU (the kernel's: raw mode
+// never sets it), which bounds the frames Write takes.
+func (r *Raw) SetMTU(mtu int)                 { r.mtu.Store(int64(mtu)) }
 func (r *Raw) HardwareAddr() net.HardwareAddr { return r.mac }
 func (r *Raw) Name() string                   { return r.name }
 
@@ -275,7 +279,8 @@ func (r *Raw) recv(bufs [][]byte, sizes []int, offset int, block bool) (int, err
 				n = int(m)
 				return true
 			case unix.EINTR:
-			case unix.EAGAIN:
+			case unix.EAGAIN, unix.ENETDOWN:
+				// ENETDOWN: the interface went down (sockErr).
 				return false
 			default:
 				rerr = e
@@ -398,7 +403,7 @@ func finishUDPChecksum(f []byte) {
 // Write implements Link with sendmmsg, up to BatchSize frames per call.
 func (r *Raw) Write(bufs [][]byte, offset int) (int, error) {
 	for _, b := range bufs {
-		if err := checkFrame(b[offset:], r.mtu); err != nil {
+		if err := checkFrame(b[offset:], r.MTU()); err != nil {
 			return 0, err
 		}
 	}

@@ -40,7 +40,8 @@ type RingConfig struct {
 	RetireTimeout time.Duration
 	// MaxPacket (TPACKET_V2 only) is the longest packet after the Ethernet
 	// header that a slot must hold whole (its alignment may fit a few bytes
-	// more); 0 or more than the MTU: the MTU. A
+	// more); 0: the MTU. It may exceed the MTU: the interface's MTU can
+	// grow under a running reader (the slots are not resized). A
 	// reader that knows its frames are short (RoCEv2 never exceeds
 	// MaxRoCEPacket) gets more slots from the same memory; a longer frame
 	// arrives cut, and the reader drops it (RawStats.Truncated).
@@ -82,7 +83,7 @@ func (c *RingConfig) setDefaults(mtu int) error {
 	if c.RetireTimeout == 0 {
 		c.RetireTimeout = time.Millisecond
 	}
-	if c.MaxPacket <= 0 || c.MaxPacket > mtu {
+	if c.MaxPacket <= 0 {
 		c.MaxPacket = mtu
 	}
 	page := os.Getpagesize()

@@ -24,7 +24,7 @@ type SegmentWriter interface {
 // to MaxSegments iovecs per frame, up to BatchSize frames per call.
 func (r *Raw) WriteSegments(frames [][][]byte) (int, error) {
 	for _, segs := range frames {
-		if err := checkSegments(segs, r.mtu); err != nil {
+		if err := checkSegments(segs, r.MTU()); err != nil {
 			return 0, err
 		}
 	}

@@ -40,7 +40,7 @@ type TAPConfig struct {
 type TAP struct {
 	name   string
 	mac    net.HardwareAddr
-	mtu    int
+	mtu    atomic.Int64 // the interface's, as last set (SetMTU)
 	batch  int
 	rc     *sysFD
 	closed atomic.Bool
@@ -94,7 +94,7 @@ func OpenTAP(cfg TAPConfig) (*TAP, error) {
 		ifce.Close()
 		return nil, errors.New("link: water returned no *os.File")
 	}
-	t := &TAP{name: ifce.Name(), mac: append(net.HardwareAddr(nil), mac...), mtu: cfg.MTU, batch: cfg.BatchSize, adopted: persistent}
+	t := &TAP{name: ifce.Name(), mac: append(net.HardwareAddr(nil), mac...), batch: cfg.BatchSize, adopted: persistent}
 	if t.rc, err = offNetpoller(f); err != nil {
 		return nil, fmt.Errorf("link: TAP %s: %w", t.name, err)
 	}
@@ -136,7 +136,7 @@ func (t *TAP) setUp(mtu int) error {
 			return err
 		}
 	}
-	t.mtu = mtu
+	t.mtu.Store(int64(mtu))
 	// Up even when adopted: the port needs the link up. Close does not
 	// set it down again, so an adopted TAP stays up (without carrier, as
 	// no process holds it) after vrnicd stops. Nothing is asked of the
@@ -222,8 +222,12 @@ func RandomMAC() (net.HardwareAddr, error) {
 	return m, nil
 }
 
-func (t *TAP) BatchSize() int                 { return t.batch }
-func (t *TAP) MTU() int                       { return t.mtu }
+func (t *TAP) BatchSize() int { return t.batch }
+func (t *TAP) MTU() int       { return int(t.mtu.Load()) }
+
+// SetMTU follows a change of the interface's MTU (an administrator's `ip
+// link set NAME mtu N`), which bounds the frames Write takes.
+func (t *TAP) SetMTU(mtu int)                 { t.mtu.Store(int64(mtu)) }
 func (t *TAP) HardwareAddr() net.HardwareAddr { return t.mac }
 func (t *TAP) Name() string                   { return t.name }
 
@@ -317,7 +321,7 @@ func (t *TAP) read(bufs [][]byte, sizes []int, offset int, block bool) (int, err
 // Write implements Link.
 func (t *TAP) Write(bufs [][]byte, offset int) (int, error) {
 	for _, b := range bufs {
-		if err := checkFrame(b[offset:], t.mtu); err != nil {
+		if err := checkFrame(b[offset:], t.MTU()); err != nil {
 			return 0, err
 		}
 	}
