@@ -93,7 +93,7 @@ type Device struct {
 	mem     *mem.Table
 	gids    *gid.Table
 	clock   clock.Clock
-	mtu     transport.MTU
+	link    linkState // the port's state and MTU, following the link (port.go)
 	port    atomic.Pointer[senderBox]
 	ctr     transport.Counters // device totals
 	env     transport.Env
@@ -153,11 +153,11 @@ func NewDevice(cfg Config) (*Device, error) {
 		d.clock = clock.System{}
 	}
 	d.mem = mem.NewTable(cfg.Mem)
-	d.mtu = transport.MTUForNetdev(cfg.LinkMTU)
+	d.link.init(cfg.LinkMTU)
 	d.out.d = d
 	d.out.pool.New = func() any { b := make([]byte, bufSize); return &b }
 	d.rxPool.New = func() any { return &rxItem{buf: make([]byte, bufSize)} }
-	d.env = transport.Env{Clock: d.clock, Memory: d.mem, Out: &d.out, Log: d.log, Device: &d.ctr, PortMTU: d.mtu}
+	d.env = transport.Env{Clock: d.clock, Memory: d.mem, Out: &d.out, Log: d.log, Device: &d.ctr, PortMTU: d.ActiveMTU}
 	n := max(cfg.Workers, 1)
 	for range n {
 		w, err := newWorker(d)
@@ -215,9 +215,6 @@ func (d *Device) GIDs() *gid.Table { return d.gids }
 
 // Counters are the device totals, destroyed QPs included.
 func (d *Device) Counters() *transport.Counters { return &d.ctr }
-
-// ActiveMTU is the port's active MTU.
-func (d *Device) ActiveMTU() transport.MTU { return d.mtu }
 
 // Close destroys every QP (flushing its queues) and refuses new objects.
 func (d *Device) Close() error {
@@ -395,7 +392,7 @@ func (d *Device) Attr() DeviceAttr {
 
 // PortAttr is what ibv_query_port reports.
 type PortAttr struct {
-	State        int // IBV_PORT_ACTIVE = 4
+	State        int // IBV_PORT_DOWN = 1, IBV_PORT_ACTIVE = 4
 	MaxMTU       transport.MTU
 	ActiveMTU    transport.MTU
 	GIDTblLen    int
@@ -403,17 +400,15 @@ type PortAttr struct {
 	MaxMsgSize   uint64
 	PKeyTblLen   int
 	LinkLayer    int // IBV_LINK_LAYER_ETHERNET = 2
-	PhysState    int // 5 = LINK_UP
+	PhysState    int // 2 = POLLING, 3 = DISABLED, 5 = LINK_UP
 }
 
-// Port returns the attributes of port 1.
+// Port returns the attributes of port 1: its state is the link's, as
+// kernel rxe's rxe_query_port gives it (PortState, PhysState).
 func (d *Device) Port() PortAttr {
-	st := 1 // DOWN until a port is attached
-	if d.port.Load() != nil {
-		st = 4
-	}
-	return PortAttr{State: st, MaxMTU: transport.MTU4096, ActiveMTU: d.mtu, GIDTblLen: d.gids.Size(),
-		PortCapFlags: 0x00010000, MaxMsgSize: transport.MaxMessageSize, PKeyTblLen: 1, LinkLayer: 2, PhysState: 5}
+	st, phys := d.portState()
+	return PortAttr{State: st, MaxMTU: transport.MTU4096, ActiveMTU: d.ActiveMTU(), GIDTblLen: d.gids.Size(),
+		PortCapFlags: 0x00010000, MaxMsgSize: transport.MaxMessageSize, PKeyTblLen: 1, LinkLayer: 2, PhysState: phys}
 }
 
 func nodeGUID(mac net.HardwareAddr) uint64 {

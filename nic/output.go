@@ -73,6 +73,9 @@ func (o *output) send(pkts []transport.TxPacket) {
 			continue
 		}
 		sc.pkts = append(sc.pkts, netstack.TxPacket{Buf: p.Buf, Offset: p.Headroom, Dest: &sc.dests[j]})
+		if n := ipSize(p); n > d.LinkMTU() {
+			d.tooBig(p.SrcQPN, n) // the port drops and counts it
+		}
 		j++
 	}
 	if len(sc.pkts) > 0 {
@@ -83,4 +86,26 @@ func (o *output) send(pkts []transport.TxPacket) {
 		}
 	}
 	o.scratch.Put(sc)
+}
+
+// ipSize is the IP packet p becomes: RoCEv2 over UDP over IPv4 or IPv6.
+func ipSize(p *transport.TxPacket) int {
+	n := len(p.Buf) - p.Headroom + 8 // UDP
+	if netip.AddrFrom16(p.AV.DGID).Is4In6() {
+		return n + 20
+	}
+	return n + 40
+}
+
+// tooBig says once per QP that its packets exceed the link's MTU: its path
+// MTU is above the port's active MTU (set so, or the link's MTU went down
+// under it). The port drops them, as kernel rxe's IP layer does, and
+// counts them (tx_too_big); an RC QP ends in RETRY_EXC_ERR by its timer.
+func (d *Device) tooBig(qpn uint32, size int) {
+	q, ok := d.QP(qpn)
+	if !ok || q.mtuWarned.Swap(true) {
+		return
+	}
+	d.log.Warn("QP's packets exceed the link's MTU and are dropped; use a path MTU up to the port's active MTU",
+		"qpn", qpn, "packet", size, "link_mtu", d.LinkMTU(), "active_mtu", d.ActiveMTU().Bytes())
 }

@@ -91,6 +91,7 @@ type QP struct {
 	wantSend, wantRecv atomic.Bool
 	inReady            atomic.Bool
 	rxQueued           atomic.Int32 // packets queued for the worker
+	mtuWarned          atomic.Bool  // told the log its packets exceed the link's MTU (output.go)
 
 	stopOnce sync.Once
 

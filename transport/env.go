@@ -91,6 +91,8 @@ type Env struct {
 	Log    *slog.Logger
 	// Device, if set, receives every counter increment too.
 	Device *Counters
-	// PortMTU is the port's active MTU, the message limit of UD QPs.
-	PortMTU MTU
+	// PortMTU reports the port's active MTU, the message limit of UD QPs
+	// modified after it is read; it follows the link's MTU, so it is
+	// read, not copied. Nil: 1024.
+	PortMTU func() MTU
 }

@@ -133,9 +133,9 @@ func (q *QP) publish(srcPort uint16) {
 	s := &qpSnap{attr: q.attr, gen: q.gen, resets: q.resets, srcPort: srcPort}
 	s.mtu = q.attr.PathMTU.Bytes()
 	if q.typ.datagram() {
-		s.mtu = q.env.PortMTU.Bytes()
-		if s.mtu == 0 {
-			s.mtu = MTU1024.Bytes()
+		s.mtu = MTU1024.Bytes()
+		if q.env.PortMTU != nil {
+			s.mtu = q.env.PortMTU().Bytes()
 		}
 	}
 	q.snap.Store(s)

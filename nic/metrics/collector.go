@@ -48,6 +48,9 @@ type Collector struct {
 	portOrder []string
 	daemon    map[string]*prometheus.Desc
 	qps       *prometheus.Desc
+	portState *prometheus.Desc // ibv_port_state: 1 DOWN, 4 ACTIVE
+	activeMTU *prometheus.Desc
+	linkMTU   *prometheus.Desc
 	clients   *prometheus.Desc
 	objects   *prometheus.Desc
 	objBytes  *prometheus.Desc
@@ -85,6 +88,12 @@ func New(src Source) *Collector {
 		})
 	}
 	c.qps = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "qps"), "Live QPs by type.", []string{"type"}, dl)
+	c.portState = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", "state"),
+		"The port's state as ibv_query_port gives it: 1 DOWN (the link is down or has no carrier), 4 ACTIVE.", nil, dl)
+	c.activeMTU = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", "active_mtu_bytes"),
+		"The port's active MTU: the largest IBA MTU that fits the link's MTU.", nil, dl)
+	c.linkMTU = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", "link_mtu_bytes"),
+		"The link's (the interface's) MTU.", nil, dl)
 	if src.Clients != nil {
 		c.clients = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "clients"), "Connected client processes.", nil, dl)
 	}
@@ -124,6 +133,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.qps
+	ch <- c.portState
+	ch <- c.activeMTU
+	ch <- c.linkMTU
 	if c.clients != nil {
 		ch <- c.clients
 	}
@@ -168,6 +180,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		})
 	}
+	port := c.src.Device.Port()
+	ch <- prometheus.MustNewConstMetric(c.portState, prometheus.GaugeValue, float64(port.State))
+	ch <- prometheus.MustNewConstMetric(c.activeMTU, prometheus.GaugeValue, float64(port.ActiveMTU.Bytes()))
+	ch <- prometheus.MustNewConstMetric(c.linkMTU, prometheus.GaugeValue, float64(c.src.Device.LinkMTU()))
 	if c.clients != nil {
 		ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(c.src.Clients()))
 	}

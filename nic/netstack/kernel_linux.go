@@ -268,3 +268,23 @@ func (k *kernel) lookup(ip netip.Addr) ([6]byte, bool) {
 	}
 	return [6]byte{}, false
 }
+
+// forgetUnresolved deletes the kernel's entry for ip if it holds no
+// address (INCOMPLETE or FAILED), so that the next trigger creates one and
+// probes at once instead of on the old entry's timer.
+func (k *kernel) forgetUnresolved(ip netip.Addr) {
+	fam := netlink.FAMILY_V4
+	if ip.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	ns, err := k.h.NeighList(k.ifindex, fam)
+	if err != nil {
+		return
+	}
+	for _, n := range ns {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip &&
+			n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) != 0 {
+			_ = k.h.NeighDel(&n)
+		}
+	}
+}

@@ -339,3 +339,25 @@ func (t *neighTable) stop() {
 		n.queue = nil
 	}
 }
+
+// reprobe starts a new resolution round at once for every neighbour still
+// unresolved: its probes so far went out while the link was down and
+// were lost, and the next one is up to RetransTime away. reset (may be
+// nil) runs first for each, outside the lock.
+func (t *neighTable) reprobe(reset func(ip netip.Addr)) {
+	t.mu.Lock()
+	var ps []probe
+	now := t.clock.Now()
+	for ip, n := range t.m {
+		if n.state == nIncomplete {
+			ps = append(ps, t.startLocked(ip, n, now))
+		}
+	}
+	t.mu.Unlock()
+	for _, p := range ps {
+		if reset != nil {
+			reset(p.ip)
+		}
+		t.solicit(p)
+	}
+}

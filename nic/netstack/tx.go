@@ -195,8 +195,9 @@ func (s *Stack) build(p *TxPacket, set *addrSet) ([]byte, error) {
 		return nil, ErrNoHeadroom
 	}
 	ipTotal := ipLen + wire.UDPHeaderLen + len(tp)
-	if ipTotal > s.mtu {
-		return nil, fmt.Errorf("%w: %d > %d", ErrTooBig, ipTotal, s.mtu)
+	if mtu := int(s.mtu.Load()); ipTotal > mtu {
+		s.ctr.TxTooBig.Add(1)
+		return nil, fmt.Errorf("%w: %d > %d", ErrTooBig, ipTotal, mtu)
 	}
 	hop := d.HopLimit
 	if hop == 0 {

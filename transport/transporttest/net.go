@@ -98,7 +98,7 @@ func (n *Net) AddNode() *Node {
 	addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
 	nd := &Node{Net: n, Addr: addr, GID: addr.As16(), Mem: mem.NewTable(mem.Config{KeyByte: func() uint8 { return uint8(n.rng.Uint32()) }}),
 		QPs: map[uint32]*transport.QP{}, nextQPN: 0x11, owners: map[*transport.QP]*owner{}}
-	nd.Env = &transport.Env{Clock: n.Clock, Memory: nd.Mem, Out: (*output)(nd), Device: &nd.Counters, PortMTU: transport.MTU1024}
+	nd.Env = &transport.Env{Clock: n.Clock, Memory: nd.Mem, Out: (*output)(nd), Device: &nd.Counters, PortMTU: func() transport.MTU { return transport.MTU1024 }}
 	n.nodes = append(n.nodes, nd)
 	n.byAddr[nd.GID] = nd
 	return nd
