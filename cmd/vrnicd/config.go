@@ -413,9 +413,8 @@ func (raw *rawConfig) validateLink(c *Config) error {
 			return raw.mac.errorf("raw mode uses %s's own MAC; mac is for tap: interfaces only", c.Iface)
 		}
 	} else {
-		if c.MTU == 0 {
-			c.MTU = defaultMTU
-		}
+		// MTU 0: OpenTAP makes a new TAP's 1500 (defaultMTU) and keeps
+		// an adopted TAP's own.
 		if !c.MACSet {
 			c.MAC = stableMAC(c.Iface)
 		}

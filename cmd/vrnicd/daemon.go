@@ -61,10 +61,12 @@ type daemon struct {
 	capG captureGroup   // who may capture: the socket's group
 	mets *metricsServer // nil without --metrics
 
-	cancel  context.CancelFunc
-	runDone chan error // netstack Run's result
-	sigs    chan os.Signal
-	ready   atomic.Bool
+	cancel    context.CancelFunc
+	runDone   chan error    // netstack Run's result
+	linkGone  chan struct{} // closed when the interface is deleted (linkstate.go)
+	watchDone chan struct{} // ends the link watch
+	sigs      chan os.Signal
+	ready     atomic.Bool
 }
 
 // newLogger builds the slog handler: text or JSON on stderr. Under journald
@@ -168,6 +170,10 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	}
 	undo = append(undo, func() { d.st.Close() })
 	d.dev.Attach(d.st)
+	if err := d.watchLink(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { close(d.watchDone) })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
@@ -296,6 +302,9 @@ func (d *daemon) openLink() error {
 		if err != nil {
 			return tapError(cfg.Iface, err)
 		}
+		if t.Adopted() {
+			d.log.Info("attached to the persistent TAP "+t.Name()+"; it stays, with its addresses, after vrnicd stops", "mtu", t.MTU())
+		}
 		d.lnk = t
 		return nil
 	}
@@ -314,7 +323,8 @@ func (d *daemon) openLink() error {
 	// (V3 holds a block until it fills or times out, which costs latency),
 	// and the ring, unlike recvmmsg's socket buffer, keeps up with the
 	// link (vrnic-linkbench; README "Performance"). The filter passes
-	// RoCEv2 only, so a slot need not hold more than MaxRoCEPacket.
+	// RoCEv2 only, so a slot need not hold more than MaxRoCEPacket; it holds
+	// that much whatever the MTU is now, since the MTU is followed.
 	ring := &link.RingConfig{Version: 2, MaxPacket: link.MaxRoCEPacket, Frames: cfg.RxRingFrames}
 	links, err := openRawLinks(link.RawConfig{Interface: cfg.Iface, Filter: link.RoCEFilter(), Ring: ring}, cfg.Workers)
 	if err != nil {
@@ -322,9 +332,6 @@ func (d *daemon) openLink() error {
 			return fmt.Errorf("raw mode on %s needs CAP_NET_RAW (run vrnicd as root or give it that capability): %v", cfg.Iface, syscall.EPERM)
 		}
 		return fmt.Errorf("raw mode on %s: %w", cfg.Iface, trimPkg(err))
-	}
-	if ifi.Flags&net.FlagUp == 0 {
-		d.log.Warn("interface is down; RoCE traffic flows once it is up", "iface", cfg.Iface)
 	}
 	d.lnk, d.more = links[0], links[1:]
 	return nil
@@ -455,8 +462,9 @@ func (d *daemon) wait() int {
 			if err == nil {
 				err = errors.New("the link was closed")
 			}
-			d.log.Error("link failed; stopping", "iface", d.lnk.Name(), "err", err)
-			return d.shutdown("link failure", exitFail, true)
+			return d.linkLost(err, true)
+		case <-d.linkGone:
+			return d.linkLost(errIfaceDeleted, false)
 		case <-tick.C:
 			if err := d.pcap.flush(); err != nil && !flushFailed {
 				flushFailed = true
@@ -491,6 +499,7 @@ func (d *daemon) shutdown(reason string, code int, runEnded bool) int {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		close(d.watchDone)
 		step.Store("closing the client socket")
 		d.sess.stopAccepting()
 		if d.mets != nil {
@@ -579,7 +588,7 @@ func (d *daemon) reload() {
 	}
 	restart("iface", nc.Mode != old.Mode || nc.Iface != old.Iface, ifaceString(old), ifaceString(nc))
 	restart("mac", nc.Mode == old.Mode && nc.MAC.String() != old.MAC.String(), old.MAC.String(), nc.MAC.String())
-	restart("mtu", nc.MTU != old.MTU, old.MTU, nc.MTU)
+	restart("mtu", nc.MTU != 0 && nc.MTU != d.lnk.MTU(), d.lnk.MTU(), nc.MTU)
 	restart("workers", nc.Workers != old.Workers, old.Workers, nc.Workers)
 	nc.Workers = old.Workers
 	restart("rx_ring_frames", nc.RxRingFrames != old.RxRingFrames, old.RxRingFrames, nc.RxRingFrames)

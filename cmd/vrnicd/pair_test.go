@@ -379,23 +379,35 @@ func (s *rcSide) close() {
 // connectRC brings both QPs to RTS against each other, as rc_pingpong does.
 func connectRC(t *testing.T, a, b *rcSide) {
 	t.Helper()
+	connectRCWith(t, a, b, rcPath{mtu: verbs.MTU1024, timeout: 14, retry: 7})
+}
+
+// rcPath is what connectRCWith gives both QPs: path MTU, and the local ACK
+// timeout exponent and retry count that bound an outage.
+type rcPath struct {
+	mtu            verbs.MTU
+	timeout, retry uint8
+}
+
+func connectRCWith(t *testing.T, a, b *rcSide, p rcPath) {
+	t.Helper()
 	modify := func(s *rcSide, attr verbs.QPAttr, m verbs.AttrMask) {
 		t.Helper()
 		if err := s.qp.Modify(&attr, m); err != nil {
 			t.Fatalf("modify to %v: %v", attr.State, err)
 		}
 	}
-	for _, p := range [][2]*rcSide{{a, b}, {b, a}} {
-		s, o := p[0], p[1]
+	for _, so := range [][2]*rcSide{{a, b}, {b, a}} {
+		s, o := so[0], so[1]
 		modify(s, verbs.QPAttr{State: verbs.QPStateInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
 			verbs.QPAttrState|verbs.QPAttrPKeyIndex|verbs.QPAttrPort|verbs.QPAttrAccessFlags)
-		modify(s, verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: o.qp.QPN(), RQPSN: 100,
+		modify(s, verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.mtu, DestQPN: o.qp.QPN(), RQPSN: 100,
 			MaxDestRdAtomic: 4, MinRNRTimer: 1, AV: verbs.AHAttr{DGID: o.gid, SGIDIndex: s.gidx, HopLimit: 64, Port: 1}},
 			verbs.QPAttrState|verbs.QPAttrAV|verbs.QPAttrPathMTU|verbs.QPAttrDestQPN|verbs.QPAttrRQPSN|
 				verbs.QPAttrMaxDestRdAtomic|verbs.QPAttrMinRNRTimer)
 	}
 	for _, s := range []*rcSide{a, b} {
-		modify(s, verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		modify(s, verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 100, Timeout: p.timeout, RetryCnt: p.retry, RNRRetry: 7, MaxRdAtomic: 4},
 			verbs.QPAttrState|verbs.QPAttrSQPSN|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrMaxQPRdAtomic)
 	}
 }

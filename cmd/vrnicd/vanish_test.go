@@ -30,7 +30,7 @@ func TestLinkVanishes(t *testing.T) {
 			if !ok || code != exitFail {
 				t.Fatalf("after the link went: exited=%v status %d", ok, code)
 			}
-			if r, _ := d.log.waitRecord(t, 0, "link failed; stopping", time.Second); r["level"] != "ERROR" {
+			if r, _ := d.log.waitRecord(t, 0, "the interface is gone; the device is lost and vrnicd stops", time.Second); r["level"] != "ERROR" {
 				t.Fatalf("record %v", r)
 			}
 			if exists(sock) {
