@@ -91,7 +91,9 @@ func checkRping(t *testing.T, who, out, prefix string, count, size int) {
 			start = 'A'
 		}
 		if want := prefix + string(b[:size-1]); lines[ping] != want {
-			t.Fatalf("%s: line %d (%d bytes, want %d):\n got %.90q\nwant %.90q\n got ...%q\nwant ...%q", who, ping, len(lines[ping]), len(want), lines[ping], want, lines[ping][max(0, len(lines[ping])-40):], want[len(want)-40:])
+			// What follows the line in the output says who cut it.
+			after := out[strings.Index(out, lines[ping])+len(lines[ping]):]
+			t.Fatalf("%s: line %d (%d bytes, want %d):\n got %.90q\nwant %.90q\n got ...%q\nwant ...%q\nthen: %.1500q", who, ping, len(lines[ping]), len(want), lines[ping], want, lines[ping][max(0, len(lines[ping])-40):], want[len(want)-40:], after)
 		}
 	}
 }

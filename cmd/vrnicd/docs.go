@@ -43,7 +43,12 @@ func docPage() *docgen.Page {
 				"/etc/vrnicd/vrnicd.toml: the configuration file the systemd unit passes (--config); every key is documented in the installed example.",
 				defaultSocket + ": the client socket by default.",
 			}},
-			{Title: "EXIT STATUS", Paragraphs: []string{"0 after SIGTERM or SIGINT; 1 on a runtime failure (interface, privileges, socket in use, link lost); 2 for a bad command line or configuration, which a restart will not fix."}},
+			{Title: "THE LINK", Paragraphs: []string{
+				"The port's state is the interface's, as kernel rxe's is: administratively down or without carrier it is DOWN (physical state DISABLED or POLLING) and clients get the PORT_ERR event; up again it is ACTIVE and they get PORT_ACTIVE. QPs live through an outage: an RC requester retransmits on its own timer and retry count and fails with RETRY_EXC_ERR only if the outage outlasts them; UD sends meanwhile are dropped and counted. The daemon keeps serving its socket and never exits because its link went down.",
+				"The interface's MTU is followed: the port's active MTU becomes the largest of 256..4096 that fits, for QPs modified from then on. A QP whose path MTU no longer fits has its packets dropped at the port, counted (tx_too_big) and logged once for the QP, as kernel rxe's IP layer drops them; an RC QP then ends in RETRY_EXC_ERR.",
+				"The interface being deleted (or moved to another namespace) loses the device: clients get DEVICE_FATAL, every QP goes to the error state with its work requests flushed, and vrnicd exits 1 with one log line. The vrnicd@.service unit is bound to the interface's device unit (BindsTo=), so it stops with it and starts again with it.",
+			}},
+			{Title: "EXIT STATUS", Paragraphs: []string{"0 after SIGTERM or SIGINT; 1 on a runtime failure (interface, privileges, socket in use, the interface deleted); 2 for a bad command line or configuration, which a restart will not fix. A link that goes down is not a failure."}},
 		},
 		SeeAlso: []string{"vrnicctl(1)", "vrnic-perf(1)", "vrnic-pingpong(1)", "systemd.service(5)"},
 	}

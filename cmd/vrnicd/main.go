@@ -69,9 +69,11 @@ vrnicd is a user-space RDMA NIC speaking RoCEv2 like Linux soft-RoCE
 (rdma_rxe). Clients use it through the Unix socket (--socket).
 
 Attach modes:
-  --iface tap:NAME     create TAP device NAME; vrnicd is the host on its far
-                       side with its own MAC (--mac) and addresses (--ip).
-                       Needs CAP_NET_ADMIN.
+  --iface tap:NAME     create TAP device NAME (or attach to a persistent
+                       one an administrator made, which stays after vrnicd
+                       stops); vrnicd is the host on its far side with its
+                       own MAC (--mac) and addresses (--ip). Needs
+                       CAP_NET_ADMIN.
   --iface IFACE        raw mode on an existing Ethernet interface, with its
                        MAC, MTU and addresses (followed as they change).
                        Needs CAP_NET_RAW (AF_PACKET) and CAP_NET_ADMIN
@@ -82,9 +84,11 @@ Options:
                        192.0.2.10/24 or 2001:db8::10/64; repeat for more
   --mac MAC            the TAP-mode NIC's MAC (default: a stable locally
                        administered MAC derived from host and TAP name)
-  --mtu N              the TAP's MTU (default 1500; the RoCE active MTU is
-                       the largest of 256..4096 that fits in N-80). In raw
-                       mode the interface's MTU rules and --mtu must match it
+  --mtu N              the TAP's MTU (default 1500, or a persistent TAP's
+                       own; the RoCE active MTU is the largest of
+                       256..4096 that fits in N-80, and follows the MTU as
+                       it changes). In raw mode the interface's MTU rules
+                       and --mtu must match it
   --name NAME          device name clients open (default vrnic0)
   --workers N          datapath workers, 1..256 (default 1). Raw mode:
                        each reads its own socket of a PACKET_FANOUT group
