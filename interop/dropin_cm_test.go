@@ -234,12 +234,15 @@ const dropinPerfIters = 500
 // counters showing the connections went through its CM.
 func (h *dropinCM) runClean(t *testing.T, c cmCase, kernelServer bool) {
 	if kernelServer && c.name == "ib_send_bw -R" {
-		// Open: the drop-in's ib_send_bw -R client gets REJ 8 (no listener)
-		// for its second connection (the test QPs', after perftest's
-		// channel) from the kernel's server, every time when this case
-		// runs alone after boot and sometimes after the others; the kernel
-		// server then waits for ever. The other direction passes.
-		t.Skip("drop-in ib_send_bw -R client against the kernel's server: REJ 8 on the test QPs' connection (open)")
+		// The drop-in's ib_send_bw -R client gets REJ 8 (no listener) for
+		// its second connection (the test QPs', after perftest's channel)
+		// from the kernel's server, every time when this case runs alone
+		// after boot and sometimes after the others; the kernel server
+		// then waits for ever. perftest 4.5-0.17's race: its client
+		// connects the test QPs right after the handshake, before the
+		// slow guest's server listens for them, and its retry reuses the
+		// ids it destroyed. The other direction passes.
+		t.Skip("drop-in ib_send_bw -R client against the kernel's server: REJ 8 on the test QPs' connection (perftest 4.5-0.17's race with the slow guest's second listen)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout+10*time.Second)
 	defer cancel()
