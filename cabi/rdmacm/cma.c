@@ -94,16 +94,29 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	return &ch->ch;
 }
 
+/*
+ * A thread may still be in rdma_get_cm_event on the channel (rping's
+ * cm_thread when main destroys it at exit). librdmacm's waiter sits in
+ * read(2) for ever and never touches the channel again; ours looks at it
+ * after each wake-up, so a channel with waiters is only marked closed, and
+ * the last waiter to leave frees it.
+ */
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct cma_channel *ch = (struct cma_channel *)channel;
+	pthread_mutex_lock(&ch->mu);
 	for (struct cma_event *e = ch->head, *n; e; e = n) {
 		n = e->next;
 		free(e);
 	}
+	ch->head = ch->tail = NULL;
 	close(ch->evfd);
 	close(ch->ch.fd);
-	free(ch);
+	ch->closed = 1;
+	int keep = ch->waiters > 0;
+	pthread_mutex_unlock(&ch->mu);
+	if (!keep)
+		free(ch);
 }
 
 /* watch puts a device's socket in a channel's set, once. */
@@ -161,6 +174,10 @@ static void drained(struct cma_channel *ch)
 static struct cma_event *dequeue(struct cma_channel *ch)
 {
 	pthread_mutex_lock(&ch->mu);
+	if (ch->closed) {
+		pthread_mutex_unlock(&ch->mu);
+		return NULL;
+	}
 	struct cma_event *e = ch->head;
 	if (e) {
 		ch->head = e->next;
@@ -477,6 +494,10 @@ static void pump(struct cma_channel *ch)
 			removal(d);
 }
 
+static int wait_event(struct cma_channel *ch, struct rdma_cm_event **event);
+/* wait_event's result when the channel was destroyed under its waiter. */
+#define CHANNEL_GONE (-2)
+
 int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct cma_channel *ch = (struct cma_channel *)channel;
@@ -484,7 +505,35 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		errno = EINVAL;
 		return -1;
 	}
+	pthread_mutex_lock(&ch->mu);
+	ch->waiters++;
+	pthread_mutex_unlock(&ch->mu);
+	int ret = wait_event(ch, event);
+	pthread_mutex_lock(&ch->mu);
+	int last = --ch->waiters == 0 && ch->closed;
+	pthread_mutex_unlock(&ch->mu);
+	if (last)
+		free(ch);
+	if (ret == CHANNEL_GONE)
+		for (;;) /* as librdmacm's read(2) on the closed channel */
+			pause();
+	return ret;
+}
+
+/* closed reports whether the channel was destroyed under its waiter. */
+static int closed(struct cma_channel *ch)
+{
+	pthread_mutex_lock(&ch->mu);
+	int c = ch->closed;
+	pthread_mutex_unlock(&ch->mu);
+	return c;
+}
+
+static int wait_event(struct cma_channel *ch, struct rdma_cm_event **event)
+{
 	for (;;) {
+		if (closed(ch))
+			return CHANNEL_GONE;
 		struct cma_event *e = dequeue(ch);
 		if (!e) {
 			pump(ch);
@@ -498,7 +547,8 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			*event = &e->ev;
 			return 0;
 		}
-		if (fcntl(ch->ch.fd, F_GETFL) & O_NONBLOCK) {
+		int fl = fcntl(ch->ch.fd, F_GETFL); /* < 0: closed under us; the poll says so */
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
 			errno = EAGAIN;
 			return -1;
 		}

@@ -48,6 +48,8 @@ struct cma_channel {
 	struct cma_event *head, *tail;
 	int devs[CMA_MAX_DEVS]; /* which devices' sockets are in the set */
 	int internal;           /* made for a synchronous id */
+	int waiters;            /* threads in rdma_get_cm_event (mu) */
+	int closed;             /* destroyed while some waited: the last frees it (mu) */
 };
 
 enum cma_state { CMA_IDLE, CMA_BOUND, CMA_ADDR, CMA_ROUTE, CMA_LISTEN, CMA_CONNECTING, CMA_CONNECTED, CMA_GONE };
