@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -219,10 +220,45 @@ func loadEnv(libDir string, extra ...string) []string {
 	if p := os.Getenv(preloadEnv); p != "" {
 		// A sanitized build: its runtimes first, leaks not reported (the
 		// programs' own), any error fatal.
-		env = append(env, "LD_PRELOAD="+p, "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=99",
+		env = append(env, "LD_PRELOAD="+p, "ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=99:log_path="+sanLogPrefix(),
 			"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=99")
 	}
 	return append(env, extra...)
+}
+
+// sanLogPrefix is where a sanitized program's ASan writes its reports
+// (log_path: PREFIX.PID) rather than into the output the tests read: a
+// report a thread began as the process exited once cut an rping line in
+// two, and the exit status stayed 0. checkSanLogs reads them.
+func sanLogPrefix() string {
+	sanLogOnce.Do(func() {
+		if d, err := os.MkdirTemp("", "vrnic-asan"); err == nil {
+			sanLogDir = d
+		}
+	})
+	return filepath.Join(sanLogDir, "asan")
+}
+
+var (
+	sanLogOnce sync.Once
+	sanLogDir  string
+)
+
+// checkSanLogs fails t on every ASan report written since the last check
+// (each is removed once read).
+func checkSanLogs(t *testing.T) {
+	t.Helper()
+	if sanLogDir == "" {
+		return
+	}
+	fs, _ := filepath.Glob(filepath.Join(sanLogDir, "asan.*"))
+	for _, f := range fs {
+		b, _ := os.ReadFile(f)
+		os.Remove(f)
+		if len(bytes.TrimSpace(b)) > 0 {
+			t.Errorf("sanitizer report %s:\n%s", filepath.Base(f), b)
+		}
+	}
 }
 
 // run runs argv with env and stdin from /dev/null, killed after 5 s. It

@@ -180,6 +180,7 @@ func runPairReady(t *testing.T, s, c tool, d time.Duration, srv []string, cli fu
 		serr = <-done
 	}
 	srvOut = sbuf.String()
+	checkSanLogs(t)
 	if cerr != nil || serr != nil {
 		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cliOut, serr, srvOut)
 	}
