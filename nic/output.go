@@ -1,6 +1,7 @@
 package nic
 
 import (
+	"errors"
 	"net/netip"
 	"sync"
 
@@ -73,15 +74,15 @@ func (o *output) send(pkts []transport.TxPacket) {
 			continue
 		}
 		sc.pkts = append(sc.pkts, netstack.TxPacket{Buf: p.Buf, Offset: p.Headroom, Dest: &sc.dests[j]})
-		if n := ipSize(p); n > d.LinkMTU() {
-			d.tooBig(p.SrcQPN, n) // the port drops and counts it
-		}
 		j++
 	}
 	if len(sc.pkts) > 0 {
 		if port := d.port.Load(); port != nil {
 			if _, err := port.s.Send(sc.pkts); err != nil {
 				d.log.Debug("port refused packets", "err", err)
+				if errors.Is(err, netstack.ErrTooBig) {
+					d.tooBig(pkts) // dropped and counted; say whose
+				}
 			}
 		}
 	}
@@ -101,11 +102,17 @@ func ipSize(p *transport.TxPacket) int {
 // MTU is above the port's active MTU (set so, or the link's MTU went down
 // under it). The port drops them, as kernel rxe's IP layer does, and
 // counts them (tx_too_big); an RC QP ends in RETRY_EXC_ERR by its timer.
-func (d *Device) tooBig(qpn uint32, size int) {
-	q, ok := d.QP(qpn)
-	if !ok || q.mtuWarned.Swap(true) {
-		return
+// It runs only when the port refused a batch for that reason.
+func (d *Device) tooBig(pkts []transport.TxPacket) {
+	for i := range pkts {
+		p := &pkts[i]
+		size := ipSize(p)
+		if size <= d.LinkMTU() || d.isLocal(p.AV.DGID) {
+			continue
+		}
+		if q, ok := d.QP(p.SrcQPN); ok && !q.mtuWarned.Swap(true) {
+			d.log.Warn("QP's packets exceed the link's MTU and are dropped; use a path MTU up to the port's active MTU",
+				"qpn", p.SrcQPN, "packet", size, "link_mtu", d.LinkMTU(), "active_mtu", d.ActiveMTU().Bytes())
+		}
 	}
-	d.log.Warn("QP's packets exceed the link's MTU and are dropped; use a path MTU up to the port's active MTU",
-		"qpn", qpn, "packet", size, "link_mtu", d.LinkMTU(), "active_mtu", d.ActiveMTU().Bytes())
 }

@@ -1,6 +1,8 @@
 package nic
 
 import (
+	"maps"
+	"slices"
 	"sync/atomic"
 
 	"github.com/vrnic/vrnicd/transport"
@@ -83,10 +85,7 @@ func (d *Device) SetLinkMTU(linkMTU int) (before, after transport.MTU) {
 // interface was deleted. It returns how many QPs it moved.
 func (d *Device) FailQPs() int {
 	d.mu.RLock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Values(d.qps))
 	d.mu.RUnlock()
 	n := 0
 	for _, q := range qps {

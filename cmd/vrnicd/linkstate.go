@@ -80,8 +80,9 @@ func (d *daemon) onLinkState(s link.State) {
 // mtuSetter is a link that follows its interface's MTU (Raw, TAP).
 type mtuSetter interface{ SetMTU(int) }
 
-// followMTU gives a new interface MTU to the link, the netstack and the
-// port (whose active MTU new QPs take; kernel rxe sends no event for it).
+// followMTU gives a new interface MTU to the link (which the netstack
+// sends within) and the port (whose active MTU new QPs take; kernel rxe
+// sends no event for it).
 func (d *daemon) followMTU(mtu int) {
 	old := d.dev.LinkMTU()
 	if mtu == old || mtu <= 0 {
@@ -93,7 +94,6 @@ func (d *daemon) followMTU(mtu int) {
 	for _, r := range d.more {
 		r.SetMTU(mtu)
 	}
-	d.st.SetMTU(mtu)
 	before, after := d.dev.SetLinkMTU(mtu)
 	d.log.Info("interface MTU changed; the port follows", "iface", d.lnk.Name(), "mtu", mtu, "was", old,
 		"active_mtu", after.Bytes(), "active_mtu_was", before.Bytes())

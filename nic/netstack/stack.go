@@ -88,7 +88,6 @@ type Stack struct {
 	cfg   Config
 	link  link.Link
 	mac   [6]byte
-	mtu   atomic.Int64 // the link's MTU (SetMTU follows it)
 	clock clock.Clock
 	log   *slog.Logger
 	neigh *neighTable
@@ -168,7 +167,6 @@ func New(cfg Config) (*Stack, error) {
 		done:  make(chan struct{}),
 	}
 	copy(s.mac[:], cfg.MAC)
-	s.mtu.Store(int64(cfg.Link.MTU()))
 	s.neigh = newNeighTable(cfg.Neigh, cfg.Clock, &s.ctr)
 	s.neigh.flush = s.flushQueued
 	s.txPool.New = func() any { b := make([][]byte, 0, 64); return &b }
@@ -302,8 +300,8 @@ func (s *Stack) newReceiverFor(l link.Link) *receiver {
 		// Room for a VLAN tag's worth of slack beyond the MTU so an
 		// oversized frame shows as oversized, not truncated; and for
 		// the largest RoCEv2 packet whatever the MTU is now, since it
-		// may grow (SetMTU).
-		r.bufs[i] = make([]byte, link.EthernetHeaderLen+max(int(s.mtu.Load()), link.MaxRoCEPacket)+4)
+		// may grow (the link follows its interface's).
+		r.bufs[i] = make([]byte, link.EthernetHeaderLen+max(s.link.MTU(), link.MaxRoCEPacket)+4)
 	}
 	return r
 }
@@ -442,13 +440,6 @@ func (s *Stack) write(frames ...[]byte) {
 		s.log.Debug("write failed", "err", err)
 	}
 }
-
-// MTU is the link's MTU the stack sends within.
-func (s *Stack) MTU() int { return int(s.mtu.Load()) }
-
-// SetMTU follows a change of the link's MTU: packets larger than it are
-// refused from now on (ErrTooBig, counted as tx_too_big).
-func (s *Stack) SetMTU(mtu int) { s.mtu.Store(int64(mtu)) }
 
 // LinkUp tells the stack its link came up again: neighbours it was
 // resolving are probed at once (raw mode: the kernel's unresolved entries

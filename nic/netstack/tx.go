@@ -195,7 +195,7 @@ func (s *Stack) build(p *TxPacket, set *addrSet) ([]byte, error) {
 		return nil, ErrNoHeadroom
 	}
 	ipTotal := ipLen + wire.UDPHeaderLen + len(tp)
-	if mtu := int(s.mtu.Load()); ipTotal > mtu {
+	if mtu := s.link.MTU(); ipTotal > mtu { // the link follows its interface's
 		s.ctr.TxTooBig.Add(1)
 		return nil, fmt.Errorf("%w: %d > %d", ErrTooBig, ipTotal, mtu)
 	}
