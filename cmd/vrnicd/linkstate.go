@@ -59,9 +59,7 @@ func (d *daemon) onLinkState(s link.State) {
 	if !d.dev.SetLinkState(s.Up(), s.AdminUp) {
 		return
 	}
-	if s.Up() {
-		d.st.LinkUp() // resolve at once what waited for the link
-	}
+	d.st.SetLinkUp(s.Up())
 	if !d.ready.Load() {
 		if !s.Up() {
 			d.log.Warn("port DOWN: the interface is "+s.String()+"; RoCE traffic flows once it is up", "iface", d.lnk.Name())

@@ -87,8 +87,7 @@ func waitPort(t *testing.T, s *rcSide, state, phys uint8) {
 	}
 }
 
-// nextEvent waits for an async event of type want, skipping none: the
-// events before it must be exactly skip.
+// nextEvent waits for the client's next async event, which must be want.
 func nextEvent(t *testing.T, s *rcSide, want verbs.EventType) {
 	t.Helper()
 	select {
@@ -219,7 +218,7 @@ func TestLinkDownUp(t *testing.T) {
 	if dev["retransmitted_pkts"] == 0 || dev["retransmit_timeouts"] == 0 {
 		t.Errorf("no retransmission counted across the outage: %v", dev)
 	}
-	t.Logf("A: retransmit_timeouts %v retransmitted_pkts %v tx_errors %v", dev["retransmit_timeouts"], dev["retransmitted_pkts"], ns["tx_errors"])
+	t.Logf("A: retransmit_timeouts %v retransmitted_pkts %v tx_link_down %v", dev["retransmit_timeouts"], dev["retransmitted_pkts"], ns["tx_link_down"])
 	if code, exited := p.a.wait(0); exited {
 		t.Fatalf("daemon A exited (%d)", code)
 	}
@@ -232,7 +231,7 @@ func TestLinkDownUp(t *testing.T) {
 func TestLinkDownPastRetries(t *testing.T) {
 	p := newLinkPair(t, nil)
 	// 4.096 µs × 2^15 ≈ 134 ms per try, 2 retries: 3 tries ≈ 0.4 s.
-	ca, cb := p.connect(t, rcPath{mtu: verbs.MTU1024, timeout: 15, retry: 2})
+	ca, _ := p.connect(t, rcPath{mtu: verbs.MTU1024, timeout: 15, retry: 2})
 	p.nsA.Exec(t, "ip", "link", "set", p.va, "down")
 	waitPort(t, ca, 1, 3)
 	start := time.Now()
@@ -257,7 +256,6 @@ func TestLinkDownPastRetries(t *testing.T) {
 	cb2 := openSide(t, p.sockB, "vrnicB", addrB)
 	connectRCWith(t, fresh, cb2, rcPath{mtu: verbs.MTU1024, timeout: 14, retry: 7})
 	pairRCTraffic(t, fresh, cb2)
-	_ = cb
 }
 
 // Started on an interface that is administratively down, the daemon runs,
@@ -355,6 +353,38 @@ func TestLinkMTU(t *testing.T) {
 	if m := activeMTU(t, probe); m != verbs.MTU1024 {
 		t.Fatalf("active MTU %v at link MTU 1500", m)
 	}
+	// Under load: a stream at path MTU 1024, which fits both, while the
+	// MTU goes 1500 → 9000 → 1500 under it, loses and repeats nothing.
+	c0, c1 := p.connect(t, rcPath{mtu: verbs.MTU1024, timeout: 17, retry: 7})
+	flip := make(chan error, 1)
+	st := sendStream(t, c0, c1, 1500, 3000, func() {
+		go func() {
+			var err error
+			for _, m := range []string{"9000", "1500"} {
+				for _, x := range []struct {
+					ns  *linktest.NS
+					dev string
+				}{{p.nsA, p.va}, {p.nsB, p.vb}} {
+					if err == nil {
+						_, err = x.ns.TryExec("ip", "link", "set", x.dev, "mtu", m)
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			flip <- err
+		}()
+	})
+	if err := <-flip; err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range st {
+		if s != verbs.WCSuccess {
+			t.Fatalf("send %d across the MTU changes: %v", i, s)
+		}
+	}
+	if r, _ := p.a.log.waitRecord(t, 0, "interface MTU changed; the port follows", time.Second); r["mtu"] != 9000.0 || r["active_mtu"] != 4096.0 {
+		t.Fatalf("first MTU change logged as %v", r)
+	}
 	setMTU(t, p, 9000)
 	if !waitUntil(5*time.Second, func() bool { return activeMTU(t, probe) == verbs.MTU4096 }) {
 		t.Fatalf("active MTU %v after the link went to 9000", activeMTU(t, probe))
@@ -423,5 +453,104 @@ func TestTAPPersistentSurvives(t *testing.T) {
 	}
 	if ifaceExists(ns, made) {
 		t.Error("the TAP vrnicd made is still there")
+	}
+}
+
+// udQP makes a UD QP on s's PD and CQs, in RTS with Q_Key qkey.
+func udQP(t *testing.T, s *rcSide, qkey uint32) *verbs.QP {
+	t.Helper()
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: s.scq, RecvCQ: s.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, Port: 1, QKey: qkey}, verbs.QPAttrState | verbs.QPAttrPKeyIndex | verbs.QPAttrPort | verbs.QPAttrQKey},
+		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.QPAttrState},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 1}, verbs.QPAttrState | verbs.QPAttrSQPSN},
+	} {
+		if err := qp.Modify(&m.a, m.mask); err != nil {
+			t.Fatalf("UD QP to %v: %v", m.a.State, err)
+		}
+	}
+	return qp
+}
+
+// UD while the link is down: the sends complete (UD is unreliable, as on
+// kernel rxe) but nothing leaves, not even late: they are dropped and
+// counted (tx_link_down); B receives only what was sent while up.
+func TestLinkDownUD(t *testing.T) {
+	p := newLinkPair(t, nil)
+	ca, cb := openSide(t, p.sockA, "vrnicA", addrA), openSide(t, p.sockB, "vrnicB", addrB)
+	ua, ub := udQP(t, ca, 0x1111), udQP(t, cb, 0x2222)
+	ah, err := ca.pd.CreateAH(verbs.AHAttr{DGID: cb.gid, SGIDIndex: ca.gidx, HopLimit: 64, Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		if err := ub.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{cb.mr.SGE(uint64(i)*2048, 2048)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(id uint64) {
+		t.Helper()
+		if err := ua.PostSend(verbs.SendWR{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, AH: ah,
+			RemoteQPN: ub.QPN(), RemoteQKey: 0x2222, SGL: []verbs.SGE{ca.mr.SGE(0, 512)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll1(t, ca.scq); wc.Status != verbs.WCSuccess || wc.WRID != id {
+			t.Fatalf("UD send %d: %+v", id, wc)
+		}
+	}
+	send(1)
+	if wc := poll1(t, cb.rcq); wc.Status != verbs.WCSuccess {
+		t.Fatalf("UD receive while up: %+v", wc)
+	}
+	p.nsA.Exec(t, "ip", "link", "set", p.va, "down")
+	waitPort(t, ca, 1, 3)
+	before, _ := p.a.counters()
+	for i := range 5 {
+		send(uint64(10 + i))
+	}
+	after, _ := p.a.counters()
+	if n := after["tx_link_down"] - before["tx_link_down"]; n < 5 {
+		t.Fatalf("tx_link_down rose by %v for 5 UD sends while down: %v", n, after)
+	}
+	p.nsA.Exec(t, "ip", "link", "set", p.va, "up")
+	waitPort(t, ca, 4, 5)
+	time.Sleep(300 * time.Millisecond)
+	wc := make([]verbs.WC, 8)
+	if n := cb.rcq.Poll(wc); n != 0 {
+		t.Fatalf("B received %d UD messages sent while A's link was down", n)
+	}
+	if !waitUntil(5*time.Second, func() bool {
+		send(20)
+		return cb.rcq.Poll(wc[:1]) == 1
+	}) {
+		t.Fatal("no UD message reached B after the link came back")
+	}
+}
+
+// TAP mode: the TAP set down is port DOWN (DISABLED), up again ACTIVE,
+// with the events; the daemon lives through it.
+func TestLinkTAPDownUp(t *testing.T) {
+	linktest.RequireRoot(t)
+	binaries(t)
+	ns := linktest.NewNS(t, "vtd")
+	tap := linktest.UniqueName("td")
+	sock := filepath.Join(t.TempDir(), "tap.sock")
+	d := startDaemon(t, ns, nil, "--iface", "tap:"+tap, "--ip", "203.0.113.10/24", "--socket", sock)
+	c := openSide(t, sock, "vrnic0", netip.MustParseAddr("203.0.113.10"))
+	ns.Exec(t, "ip", "link", "set", tap, "down")
+	waitPort(t, c, 1, 3)
+	nextEvent(t, c, verbs.EventPortErr)
+	ns.Exec(t, "ip", "link", "set", tap, "up")
+	waitPort(t, c, 4, 5)
+	nextEvent(t, c, verbs.EventPortActive)
+	if code, exited := d.wait(0); exited {
+		t.Fatalf("daemon exited (%d)", code)
 	}
 }

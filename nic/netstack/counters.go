@@ -34,6 +34,7 @@ type Counters struct {
 	NonRoCE         atomic.Uint64 // well-formed but neither RoCEv2 nor handled control traffic
 	TxErrors        atomic.Uint64 // bad Send requests and link write errors
 	TxTooBig        atomic.Uint64 // packets larger than the link's MTU, dropped (also tx_errors)
+	TxLinkDown      atomic.Uint64 // packets dropped because the link was down
 }
 
 // Each calls f with every counter's name and value, in a fixed order (for
@@ -56,7 +57,7 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 		{"bad_icmp_checksum", &c.BadICMPChecksum}, {"icrc_errors", &c.ICRCErrors},
 		{"malformed", &c.Malformed}, {"not_for_us", &c.NotForUs},
 		{"fragments", &c.Fragments}, {"non_roce", &c.NonRoCE}, {"tx_errors", &c.TxErrors},
-		{"tx_too_big", &c.TxTooBig},
+		{"tx_too_big", &c.TxTooBig}, {"tx_link_down", &c.TxLinkDown},
 	} {
 		f(x.n, x.v.Load())
 	}

@@ -361,3 +361,18 @@ func (t *neighTable) reprobe(reset func(ip netip.Addr)) {
 		t.solicit(p)
 	}
 }
+
+// dropQueued drops the frames queued for unresolved neighbours (the link
+// went down: they would leave late, after it came back) and returns how
+// many.
+func (t *neighTable) dropQueued() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, e := range t.m {
+		n += len(e.queue)
+		clear(e.queue)
+		e.queue = e.queue[:0]
+	}
+	return n
+}

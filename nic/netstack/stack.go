@@ -93,7 +93,8 @@ type Stack struct {
 	neigh *neighTable
 	addrs atomic.Pointer[addrSet]
 	ctr   Counters
-	kern  *kernel // raw mode
+	kern  *kernel     // raw mode
+	down  atomic.Bool // the link is down: Send drops (SetLinkUp)
 
 	txPool sync.Pool // *[][]byte scratch for Send
 
@@ -441,10 +442,17 @@ func (s *Stack) write(frames ...[]byte) {
 	}
 }
 
-// LinkUp tells the stack its link came up again: neighbours it was
-// resolving are probed at once (raw mode: the kernel's unresolved entries
-// are replaced), so frames queued for them leave within a round trip.
-func (s *Stack) LinkUp() {
+// SetLinkUp tells the stack its link's state. Down: what Send is given is
+// dropped and counted (tx_link_down), and so are frames queued for
+// neighbours, which would otherwise leave late, once it is up again. Up:
+// neighbours still being resolved are probed at once (raw mode: the
+// kernel's unresolved entries are replaced), not on their retry timer.
+func (s *Stack) SetLinkUp(up bool) {
+	s.down.Store(!up)
+	if !up {
+		s.ctr.TxLinkDown.Add(uint64(s.neigh.dropQueued()))
+		return
+	}
 	var reset func(netip.Addr)
 	if s.kern != nil {
 		reset = s.kern.forgetUnresolved

@@ -28,6 +28,7 @@ var (
 	ErrBadDest     = errors.New("netstack: bad destination")
 	ErrNoHeadroom  = errors.New("netstack: not enough headroom before the transport packet")
 	ErrTooBig      = errors.New("netstack: packet exceeds the link MTU")
+	ErrLinkDown    = errors.New("netstack: the link is down")
 	ErrShortPacket = errors.New("netstack: transport packet shorter than BTH+ICRC")
 )
 
@@ -77,6 +78,12 @@ type TxPacket struct {
 // skipped and counted in TxErrors; the first such error is returned with the
 // count, as is a link write error. Send is safe for concurrent use.
 func (s *Stack) Send(pkts []TxPacket) (int, error) {
+	if s.down.Load() {
+		// As a NIC whose port is down: nothing leaves, nothing waits
+		// (an RC requester resends on its timer).
+		s.ctr.TxLinkDown.Add(uint64(len(pkts)))
+		return 0, ErrLinkDown
+	}
 	sp := s.txPool.Get().(*[][]byte)
 	frames := (*sp)[:0]
 	var pending [][]byte
