@@ -106,27 +106,51 @@ func nextEvent(t *testing.T, s *rcSide, want verbs.EventType) {
 // checks every receive that completed carries its message in order.
 func sendStream(t *testing.T, a, b *rcSide, n, size int, mid func()) []verbs.WCStatus {
 	t.Helper()
+	return stream(t, a, b, n, size, false, mid)
+}
+
+// stream is sendStream, or with write set the same messages as RDMA
+// WRITEs with immediate (the immediate: the message's number) into b's
+// buffer, where each is checked once its receive completes.
+func stream(t *testing.T, a, b *rcSide, n, size int, write bool, mid func()) []verbs.WCStatus {
+	t.Helper()
 	const depth = 8
 	src, dst := a.buf.Bytes(), b.buf.Bytes()
 	slot := func(i int) uint64 { return uint64(i%depth) * uint64(size) }
+	recvWR := func(i int) verbs.RecvWR {
+		if write {
+			return verbs.RecvWR{ID: uint64(i)} // the data goes where the WRITE puts it
+		}
+		return verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{b.mr.SGE(slot(i)+512<<10, uint64(size))}}
+	}
 	for i := range depth {
-		if err := b.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{b.mr.SGE(slot(i)+512<<10, uint64(size))}}); err != nil {
+		if err := b.qp.PostRecv(recvWR(i)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	message := func(i int) []byte {
+		m := make([]byte, size)
+		for j := range m {
+			m[j] = byte(i + j)
+		}
+		binary.LittleEndian.PutUint32(m, uint32(i))
+		return m
 	}
 	var statuses []verbs.WCStatus
 	posted, received := 0, 0
 	wc := make([]verbs.WC, 16)
 	end := time.Now().Add(60 * time.Second)
 	for (len(statuses) < n || received < n) && time.Now().Before(end) {
-		for posted < n && posted-len(statuses) < depth {
+		for posted < n && posted-len(statuses) < depth && posted-received < depth {
 			off := slot(posted)
-			for j := range size {
-				src[int(off)+j] = byte(posted + j)
+			copy(src[off:], message(posted))
+			wr := verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{a.mr.SGE(off, uint64(size))}}
+			if write {
+				wr.Opcode, wr.ImmData = verbs.WRRDMAWriteWithImm, uint32(posted)
+				wr.RemoteAddr, wr.RKey = b.mr.Addr()+off+512<<10, b.mr.RKey()
 			}
-			binary.LittleEndian.PutUint32(src[off:], uint32(posted))
-			if err := a.qp.PostSend(verbs.SendWR{ID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-				SGL: []verbs.SGE{a.mr.SGE(off, uint64(size))}}); err != nil {
+			if err := a.qp.PostSend(wr); err != nil {
 				t.Fatal(err)
 			}
 			posted++
@@ -143,19 +167,17 @@ func sendStream(t *testing.T, a, b *rcSide, n, size int, mid func()) []verbs.WCS
 			if w.Status != verbs.WCSuccess {
 				return statuses // flushed: the sender's error says why
 			}
+			if write && (w.Opcode != verbs.WCRecvRDMAWithImm || w.ImmData != uint32(received)) {
+				t.Fatalf("receive %d: %v with immediate %d", received, w.Opcode, w.ImmData)
+			}
 			off := slot(received) + 512<<10
 			if got := binary.LittleEndian.Uint32(dst[off:]); w.ByteLen != uint32(size) || got != uint32(received) {
 				t.Fatalf("receive %d: %d bytes carrying message %d", received, w.ByteLen, got)
 			}
-			want := make([]byte, size)
-			for j := range size {
-				want[j] = byte(received + j)
-			}
-			binary.LittleEndian.PutUint32(want, uint32(received))
-			if !bytes.Equal(dst[off:off+uint64(size)], want) {
+			if !bytes.Equal(dst[off:off+uint64(size)], message(received)) {
 				t.Fatalf("message %d's bytes differ", received)
 			}
-			if err := b.qp.PostRecv(verbs.RecvWR{ID: uint64(received), SGL: []verbs.SGE{b.mr.SGE(off, uint64(size))}}); err != nil {
+			if err := b.qp.PostRecv(recvWR(received)); err != nil {
 				t.Fatal(err)
 			}
 			received++
@@ -173,52 +195,60 @@ func sendStream(t *testing.T, a, b *rcSide, n, size int, mid func()) []verbs.WCS
 	return statuses
 }
 
-// An outage shorter than the retry budget: the stream finishes with every
-// message in order and intact; A's port went DOWN and ACTIVE again, its
-// client heard PORT_ERR then PORT_ACTIVE, its requester retransmitted, and
-// the daemon lived through it.
+// An outage shorter than the retry budget: a stream of SENDs, then one of
+// RDMA WRITEs with immediate, each with the link down for 0.6 s in its
+// middle, finishes with every message in order and every byte intact; A's
+// port went DOWN and ACTIVE again, its client heard PORT_ERR then
+// PORT_ACTIVE, its requester retransmitted, what it sent meanwhile was
+// dropped and counted (tx_link_down), and the daemon lived through it.
 func TestLinkDownUp(t *testing.T) {
 	p := newLinkPair(t, nil)
 	// 4.096 µs × 2^17 ≈ 0.54 s per try, 7 retries: about 4 s of budget.
 	ca, cb := p.connect(t, rcPath{mtu: verbs.MTU1024, timeout: 17, retry: 7})
-	from := p.a.log.Len()
-	// The outage runs while the stream does: SENDs are in flight in it.
-	outage := make(chan error, 1)
-	var sawDown bool
-	statuses := sendStream(t, ca, cb, 2000, 3000, func() {
-		go func() {
-			_, err := p.nsA.TryExec("ip", "link", "set", p.va, "down")
-			if err == nil {
-				time.Sleep(100 * time.Millisecond)
-				st, ph := portState(t, ca)
-				sawDown = st == 1 && ph == 3 // DOWN, DISABLED
-				time.Sleep(600 * time.Millisecond)
-				_, err = p.nsA.TryExec("ip", "link", "set", p.va, "up")
-			}
-			outage <- err
-		}()
-	})
-	if err := <-outage; err != nil {
-		t.Fatal(err)
-	}
-	if !sawDown {
-		t.Error("the port was not DOWN/DISABLED during the outage")
-	}
-	for i, s := range statuses {
-		if s != verbs.WCSuccess {
-			t.Fatalf("send %d: %v", i, s)
+	for _, write := range []bool{false, true} {
+		from := p.a.log.Len()
+		ns0, dev0 := p.a.counters()
+		// The outage runs while the stream does: messages are in flight.
+		outage := make(chan error, 1)
+		var sawDown bool
+		statuses := stream(t, ca, cb, 2000, 3000, write, func() {
+			go func() {
+				_, err := p.nsA.TryExec("ip", "link", "set", p.va, "down")
+				if err == nil {
+					time.Sleep(100 * time.Millisecond)
+					pa, qerr := ca.d.QueryPort(1)
+					sawDown = qerr == nil && pa.State == 1 && pa.PhysState == 3 // DOWN, DISABLED
+					time.Sleep(500 * time.Millisecond)
+					_, err = p.nsA.TryExec("ip", "link", "set", p.va, "up")
+				}
+				outage <- err
+			}()
+		})
+		if err := <-outage; err != nil {
+			t.Fatal(err)
 		}
+		if !sawDown {
+			t.Errorf("write %v: the port was not DOWN/DISABLED during the outage", write)
+		}
+		for i, s := range statuses {
+			if s != verbs.WCSuccess {
+				t.Fatalf("write %v: message %d: %v", write, i, s)
+			}
+		}
+		waitPort(t, ca, 4, 5)
+		nextEvent(t, ca, verbs.EventPortErr)
+		nextEvent(t, ca, verbs.EventPortActive)
+		p.a.log.waitRecord(t, from, "port DOWN: the interface is admin down; QPs wait for it (RC retransmits on its timer and retry count)", time.Second)
+		p.a.log.waitRecord(t, from, "port ACTIVE: the interface is up", time.Second)
+		ns, dev := p.a.counters()
+		rto, again, dropped := dev["retransmit_timeouts"]-dev0["retransmit_timeouts"],
+			dev["retransmitted_pkts"]-dev0["retransmitted_pkts"], ns["tx_link_down"]-ns0["tx_link_down"]
+		if rto == 0 || again == 0 || dropped == 0 {
+			t.Errorf("write %v: the outage left no trace: retransmit_timeouts +%v, retransmitted_pkts +%v, tx_link_down +%v",
+				write, rto, again, dropped)
+		}
+		t.Logf("write %v: A's retransmit_timeouts +%v, retransmitted_pkts +%v, tx_link_down +%v", write, rto, again, dropped)
 	}
-	waitPort(t, ca, 4, 5)
-	nextEvent(t, ca, verbs.EventPortErr)
-	nextEvent(t, ca, verbs.EventPortActive)
-	p.a.log.waitRecord(t, from, "port DOWN: the interface is admin down; QPs wait for it (RC retransmits on its timer and retry count)", time.Second)
-	p.a.log.waitRecord(t, from, "port ACTIVE: the interface is up", time.Second)
-	ns, dev := p.a.counters()
-	if dev["retransmitted_pkts"] == 0 || dev["retransmit_timeouts"] == 0 {
-		t.Errorf("no retransmission counted across the outage: %v", dev)
-	}
-	t.Logf("A: retransmit_timeouts %v retransmitted_pkts %v tx_link_down %v", dev["retransmit_timeouts"], dev["retransmitted_pkts"], ns["tx_link_down"])
 	if code, exited := p.a.wait(0); exited {
 		t.Fatalf("daemon A exited (%d)", code)
 	}
