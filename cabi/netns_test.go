@@ -201,3 +201,57 @@ func TestRdmacmOnRealDaemons(t *testing.T) {
 		}
 	}
 }
+
+// Debian's programs through a link outage: A's interface goes down for
+// 200 ms while ibv_rc_pingpong (buffers checked, -c) and ib_write_bw run
+// between the two daemons, within their retry budgets (timeout 14, retry
+// count 7: 8 tries of 67 ms); both finish every iteration. The outage must
+// have ended before the client did, or it proved nothing.
+func TestProgramsAcrossLinkFlap(t *testing.T) {
+	needProgram(t, "ibv_rc_pingpong", "ibverbs-utils")
+	needProgram(t, "ib_write_bw", "perftest")
+	tl := realDaemons(t)
+	for _, tc := range []struct {
+		prog  string
+		args  []string
+		iters int
+	}{
+		{"ibv_rc_pingpong", []string{"-n", "100000", "-s", "4096", "-c"}, 100000},
+		{"ib_write_bw", []string{"-s", "65536", "-n", "40000"}, 40000},
+	} {
+		t.Run(tc.prog, func(t *testing.T) {
+			gid := "-g"
+			if strings.HasPrefix(tc.prog, "ib_") {
+				gid = "-x"
+			}
+			flapped := make(chan time.Time, 1)
+			go func() {
+				time.Sleep(700 * time.Millisecond)
+				err := exec.Command("ip", "-n", tl[0].ns, "link", "set", "vcab0", "down").Run()
+				time.Sleep(200 * time.Millisecond)
+				if err2 := exec.Command("ip", "-n", tl[0].ns, "link", "set", "vcab0", "up").Run(); err == nil {
+					err = err2
+				}
+				if err != nil {
+					t.Errorf("flapping vcab0: %v", err)
+				}
+				flapped <- time.Now()
+			}()
+			srv := append([]string{tc.prog, gid, "1"}, tc.args...)
+			srvOut, cliOut := runPair(t, tl[0], tl[1], 90*time.Second, srv, func(port string) []string {
+				return append(append([]string{tc.prog, "-p", port, gid, "1"}, tc.args...), "198.51.100.1")
+			})
+			done := time.Now()
+			if up := <-flapped; up.After(done) {
+				t.Fatalf("the run ended before the link was up again (%v early): raise the iterations", up.Sub(done))
+			}
+			if strings.HasPrefix(tc.prog, "ibv_") {
+				checkPingpong(t, srvOut, cliOut, tc.iters)
+				t.Logf("%s", ppIters.FindString(cliOut))
+				return
+			}
+			checkPerftest(t, tc.prog, tc.args, srvOut, cliOut)
+			t.Logf("%s", bwLine.FindString(cliOut))
+		})
+	}
+}
