@@ -2,7 +2,6 @@ package cabi
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +9,6 @@ import (
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
-
-// cmCaseLine is one case's result (or note) in testprog/cmevents.c's output.
-var cmCaseLine = regexp.MustCompile(`(?m)^(ok|FAIL|SKIP|info) ([a-z0-9_]+)(: .*)?$`)
 
 // librdmacm's event channels and connection calls as an application uses
 // them, on the drop-in librdmacm (testprog/cmevents.c says what each case
@@ -52,17 +48,9 @@ func TestRdmacmEvents(t *testing.T) {
 // failed; skipped cases are logged.
 func checkCMEvents(t *testing.T, out string, err error) {
 	t.Helper()
-	var failed []string
-	ok := 0
-	for _, m := range cmCaseLine.FindAllStringSubmatch(out, -1) {
-		switch m[1] {
-		case "ok":
-			ok++
-		case "FAIL":
-			failed = append(failed, m[2]+m[3])
-		case "SKIP":
-			t.Logf("skipped: %s%s", m[2], m[3])
-		}
+	ok, failed, skipped := caseResults(out)
+	for _, s := range skipped {
+		t.Logf("skipped: %s", s)
 	}
 	if err != nil || len(failed) > 0 || ok == 0 || !strings.Contains(out, " 0 failed") {
 		t.Fatalf("%v; failed: %q\n%s", err, failed, out)

@@ -8,8 +8,25 @@ import (
 	"time"
 )
 
-// caseLine is one case's result in testprog/verbs.c's output.
+// caseLine is one case's result line in the output of testprog's
+// programs (cases.h): ok, FAIL or SKIP, the case, and why.
 var caseLine = regexp.MustCompile(`(?m)^(ok|FAIL|SKIP) ([a-z0-9_]+)(: .*)?$`)
+
+// caseResults reads a testprog program's output (cases.h): how many cases
+// passed, and the failed and skipped ones with why.
+func caseResults(out string) (ok int, failed, skipped []string) {
+	for _, m := range caseLine.FindAllStringSubmatch(out, -1) {
+		switch m[1] {
+		case "ok":
+			ok++
+		case "FAIL":
+			failed = append(failed, m[2]+m[3])
+		case "SKIP":
+			skipped = append(skipped, m[2]+m[3])
+		}
+	}
+	return ok, failed, skipped
+}
 
 // The verbs Debian's programs do not reach, as an application uses them
 // (testprog/verbs.c says what each case checks): every ibv_post_send
@@ -27,18 +44,7 @@ func TestVerbsCoverage(t *testing.T) {
 			tl, _ := devices(t, tc.linkMTU)
 			both := tool{tl[0].libDir, tl[0].socket + ":" + tl[1].socket, ""}
 			out, err := both.run(t, 90*time.Second, prog, fmt.Sprint(tc.pathMTU))
-			var failed, skipped []string
-			ok := 0
-			for _, m := range caseLine.FindAllStringSubmatch(out, -1) {
-				switch m[1] {
-				case "ok":
-					ok++
-				case "FAIL":
-					failed = append(failed, m[2]+m[3])
-				case "SKIP":
-					skipped = append(skipped, m[2]+m[3])
-				}
-			}
+			ok, failed, skipped := caseResults(out)
 			if err != nil || len(failed) > 0 || ok == 0 || !strings.Contains(out, "ok teardown") {
 				t.Fatalf("%v; failed: %q\n%s", err, failed, out)
 			}

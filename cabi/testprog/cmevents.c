@@ -79,42 +79,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- cases ---------------------------------------------------------- */
+/* ---- cases (cases.h) ------------------------------------------------ */
 
-static const char *volatile case_name = "setup";
-static jmp_buf case_jmp;
-static int nfail, nok, nskip;
-static const char *only;
-
-static void fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("FAIL %s: ", case_name);
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	longjmp(case_jmp, 1);
-}
-
-static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void info(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("info %s: ", case_name);
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-}
-
-#define CHECK(cond, ...)                                                                                           \
-	do {                                                                                                       \
-		if (!(cond))                                                                                       \
-			fail(__VA_ARGS__);                                                                         \
-	} while (0)
+#include "cases.h"
 
 /* ZERO: a librdmacm call that returns 0, or -1 with errno. */
 #define ZERO(call)                                                                                                 \
@@ -131,60 +98,6 @@ static void info(const char *fmt, ...)
 		if (rc_ != -1 || errno != (e))                                                                     \
 			fail("%s: returned %d errno %d (%s), want -1 errno %s", #call, rc_, errno, strerror(errno), #e); \
 	} while (0)
-
-static void (*volatile case_fn)(void);
-
-static const char *skips; /* CMEVENTS_SKIP: "case=why;case=why" */
-
-static void run(const char *name, void (*fn)(void))
-{
-	if (only && strcmp(name, only))
-		return;
-	size_t n = strlen(name);
-	for (const char *s = skips; s && *s;) {
-		const char *end = strchr(s, ';');
-		size_t len = end ? (size_t)(end - s) : strlen(s);
-		if (len > n && !strncmp(s, name, n) && s[n] == '=') {
-			printf("SKIP %s: %.*s\n", name, (int)(len - n - 1), s + n + 1);
-			nskip++;
-			return;
-		}
-		s += len + (end ? 1 : 0);
-	}
-	case_name = name;
-	case_fn = fn;
-	switch (setjmp(case_jmp)) {
-	case 0:
-		case_fn();
-		printf("ok %s\n", case_name);
-		nok++;
-		break;
-	case 1:
-		nfail++;
-		break;
-	default:
-		nskip++;
-		break;
-	}
-	fflush(stdout);
-}
-
-static void on_alarm(int sig)
-{
-	(void)sig;
-	char msg[160];
-	int n = snprintf(msg, sizeof(msg), "FAIL %s: timed out (120 s alarm)\n", case_name);
-	if (write(1, msg, (size_t)n) < 0) {
-	}
-	_exit(1);
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -1168,9 +1081,8 @@ int main(int argc, char **argv)
 	unused_addr = argv[3];
 	if (argc > 4)
 		port_base = atoi(argv[4]);
-	signal(SIGALRM, on_alarm);
+	start_alarm(120);
 	signal(SIGPIPE, SIG_IGN);
-	alarm(120);
 	only = getenv("CMEVENTS_CASE");
 	skips = getenv("CMEVENTS_SKIP");
 	run("nonblock", c_nonblock);

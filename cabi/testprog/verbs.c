@@ -34,43 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- cases ---------------------------------------------------------- */
+/* ---- cases (cases.h) ------------------------------------------------ */
 
-static const char *volatile case_name = "setup";
-static jmp_buf case_jmp;
-static int nfail, nskip, nok;
-
-static void fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("FAIL %s: ", case_name);
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	longjmp(case_jmp, 1);
-}
-
-static void skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2), unused));
-static void skip(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("SKIP %s: ", case_name);
-	vprintf(fmt, ap);
-	printf("\n");
-	va_end(ap);
-	fflush(stdout);
-	longjmp(case_jmp, 2);
-}
-
-#define CHECK(cond, ...)                                                                                           \
-	do {                                                                                                       \
-		if (!(cond))                                                                                       \
-			fail(__VA_ARGS__);                                                                         \
-	} while (0)
+#include "cases.h"
 
 /* ZERO: a verb that returns 0 or an errno (some set errno and return -1). */
 #define ZERO(call)                                                                                                 \
@@ -79,48 +45,6 @@ static void skip(const char *fmt, ...)
 		if (rc_)                                                                                           \
 			fail("%s: %s", #call, strerror(rc_ > 0 ? rc_ : errno));                                    \
 	} while (0)
-
-static void (*volatile case_fn)(void);
-static const char *only; /* VERBS_CASE: run this case alone (with setup and teardown) */
-
-static void run(const char *name, void (*fn)(void))
-{
-	if (only && strcmp(name, only) && strcmp(name, "setup") && strcmp(name, "teardown"))
-		return;
-	case_name = name;
-	case_fn = fn;
-	switch (setjmp(case_jmp)) {
-	case 0:
-		case_fn();
-		printf("ok %s\n", case_name);
-		nok++;
-		break;
-	case 1:
-		nfail++;
-		break;
-	default:
-		nskip++;
-		break;
-	}
-	fflush(stdout);
-}
-
-static void on_alarm(int sig)
-{
-	(void)sig;
-	char msg[160];
-	int n = snprintf(msg, sizeof(msg), "FAIL %s: timed out (60 s alarm)\n", case_name);
-	if (write(1, msg, (size_t)n) < 0) {
-	}
-	_exit(1);
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void fill(void *p, size_t n, unsigned seed)
 {
@@ -436,7 +360,7 @@ static void send_op(struct end *e, enum ibv_wr_opcode op, uint64_t id, void *add
 
 static int poll_wc(struct ibv_cq *cq, struct ibv_wc *wc, unsigned ms)
 {
-	uint64_t end = now_ms() + ms;
+	int64_t end = now_ms() + ms;
 	for (;;) {
 		int n = ibv_poll_cq(cq, 1, wc);
 		CHECK(n >= 0, "ibv_poll_cq: %d", n);
@@ -544,7 +468,7 @@ static void drain_async(struct ibv_context *ctx)
  * are reported and skipped. */
 static int wait_event(struct ibv_context *ctx, enum ibv_event_type t, int ms, struct ibv_async_event *out)
 {
-	uint64_t end = now_ms() + (uint64_t)ms;
+	int64_t end = now_ms() + ms;
 	for (;;) {
 		int left = (int)(end - now_ms());
 		if (left < 0 || !readable(ctx->async_fd, left))
@@ -1234,7 +1158,7 @@ static void xread(struct ibv_cq_ex *cq, struct xwc *w)
 static void xpoll(struct ibv_cq_ex *cq, struct xwc *w, const char *what)
 {
 	struct ibv_poll_cq_attr pa = {0};
-	uint64_t end = now_ms() + 5000;
+	int64_t end = now_ms() + 5000;
 	for (;;) {
 		int r = ibv_start_poll(cq, &pa);
 		if (r == 0)
@@ -1263,7 +1187,7 @@ static void xexpect(struct ibv_cq_ex *cq, const char *what, uint64_t id, enum ib
 static void xexpect_none(struct ibv_cq_ex *cq, unsigned ms, const char *what)
 {
 	struct ibv_poll_cq_attr pa = {0};
-	uint64_t end = now_ms() + ms;
+	int64_t end = now_ms() + ms;
 	while (now_ms() <= end) {
 		int r = ibv_start_poll(cq, &pa);
 		if (r == 0) {
@@ -1484,7 +1408,7 @@ static void c_cq_ex_batch(void)
 	 * way is taken by the next start_poll */
 	struct xwc w[4];
 	int n = 0, r = 0;
-	uint64_t end = now_ms() + 5000;
+	int64_t end = now_ms() + 5000;
 	while (n < 3) {
 		while ((r = ibv_start_poll(cq, &pa)) == ENOENT && now_ms() < end)
 			;
@@ -1668,7 +1592,7 @@ static void c_cq_ex_inv(void)
 	post(&q.a, &s);
 	xexpect(q.a.scqx, "SEND_WITH_INV", 85, IBV_WC_SEND, q.a.qp, NULL);
 	struct ibv_poll_cq_attr pa = {0};
-	uint64_t end = now_ms() + 5000;
+	int64_t end = now_ms() + 5000;
 	int r;
 	while ((r = ibv_start_poll(q.b.rcqx, &pa)) == ENOENT && now_ms() < end)
 		;
@@ -1817,9 +1741,9 @@ static void c_mr_16mib(void)
 	uint8_t *p = malloc(n);
 	CHECK(p, "malloc");
 	memset(p, 0x5a, n);
-	uint64_t t0 = now_ms();
+	int64_t t0 = now_ms();
 	struct ibv_mr *m = reg(&dev[1], p, n);
-	uint64_t t1 = now_ms();
+	int64_t t1 = now_ms();
 	fill(bufA, 4096, 75);
 	rdma(&P.a, IBV_WR_RDMA_WRITE, bufA, 4096, mrA, (uintptr_t)p + n - 4096, m->rkey);
 	CHECK(same(p + n - 4096, 4096, 75, 0) && all(p, n - 4096, 0x5a), "a WRITE at the last bytes");
@@ -2180,7 +2104,7 @@ static void c_channel(void)
 	expect(q.a.rcq, "peer receive", 309, IBV_WC_RECV, q.a.qp, NULL);
 	CHECK(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "fcntl");
 	int seen1 = 0, seen2 = 0;
-	uint64_t end = now_ms() + 5000;
+	int64_t end = now_ms() + 5000;
 	while (seen1 + seen2 < 2 && now_ms() < end) {
 		if (ibv_get_cq_event(ch, &ecq, &ectx)) {
 			CHECK(errno == EAGAIN, "ibv_get_cq_event: %s", strerror(errno));
@@ -2292,7 +2216,7 @@ static void c_srq_resize(void)
 	/* taken 16 at a time */
 	struct ibv_wc wcs[16];
 	int nwc = 0, next = 0;
-	uint64_t end = now_ms() + 5000;
+	int64_t end = now_ms() + 5000;
 	for (int i = 4; i < 60; i++) {
 		while (next == nwc) {
 			nwc = ibv_poll_cq(srq_cq, 16, wcs);
@@ -2668,8 +2592,7 @@ static void teardown(void)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	signal(SIGALRM, on_alarm);
-	alarm(60);
+	start_alarm(60);
 	srand48(getpid());
 	only = getenv("VERBS_CASE");
 	if (argc > 1) {
