@@ -134,7 +134,7 @@ func perfCM(prog string, args ...string) func(t *testing.T, srv, cli string) {
 
 func TestRdmacmPrograms(t *testing.T) {
 	needProgram(t, "rping", "rdmacm-utils")
-	tl, _ := devices(t, 1500)
+	tl, ds := devices(t, 1500)
 	ourRdmacm(t)
 	srvAddr := deviceAddr(t, tl[0])
 	rping := func(count, size int, flags ...string) ([]string, []string) {
@@ -183,9 +183,19 @@ func TestRdmacmPrograms(t *testing.T) {
 	)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srvOut, cliOut := runPair(t, tl[0], tl[1], 60*time.Second, tc.srv, func(port string) []string {
+			// A client of several connections that came before the
+			// server listened would have some refused and others taken
+			// (udaddy -c 4): the client starts once the server listens,
+			// and the last case's listener is gone first.
+			listeners := func() int { return len(ds[0].CM.Snapshot().Listeners) }
+			for end := time.Now().Add(5 * time.Second); listeners() > 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("the last case's listeners are still there: %+v", ds[0].CM.Snapshot().Listeners)
+				}
+			}
+			srvOut, cliOut := runPairReady(t, tl[0], tl[1], 60*time.Second, tc.srv, func(port string) []string {
 				return withPort(tc.cli, port)
-			})
+			}, func() bool { return listeners() > 0 })
 			tc.check(t, srvOut, cliOut)
 			t.Logf("client:\n%s", lastLines(cliOut, 4))
 		})

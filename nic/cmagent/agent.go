@@ -309,6 +309,7 @@ func (a *Agent) deliver(ev cm.Event) {
 	if h(Event{Event: ev, Conn: c, UD: ud}) || !live {
 		return
 	}
+	a.log.Debug("CM request refused by its consumer", "id", ev.ID, "kind", ev.Kind)
 	switch ev.Kind {
 	case cm.EventConnectRequest:
 		delete(a.conns, ev.ID)

@@ -199,6 +199,7 @@ func (c *conn) cmListenEvent(l *cmListen, e cmagent.Event) bool {
 		return true
 	}
 	if k.gone || len(k.conns) >= c.s.cmLimits.MaxConns || e.Request == nil {
+		c.log.Debug("rdma_cm request refused", "listener", l.handle, "gone", k.gone, "conns", len(k.conns))
 		k.mu.Unlock()
 		return false
 	}
