@@ -148,30 +148,36 @@ void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_att
 }
 
 /* Path records: the same fields both ways, byte order untouched (the
- * network-order ones are network order on both sides). */
+ * network-order ones are network order on both sides); one list of them
+ * for both directions. */
+#define COPY_PATH_FIELDS(dst, src)                                                                                 \
+	do {                                                                                                       \
+		(dst)->dlid = (src)->dlid;                                                                         \
+		(dst)->slid = (src)->slid;                                                                         \
+		(dst)->raw_traffic = (src)->raw_traffic;                                                           \
+		(dst)->flow_label = (src)->flow_label;                                                             \
+		(dst)->hop_limit = (src)->hop_limit;                                                               \
+		(dst)->traffic_class = (src)->traffic_class;                                                       \
+		(dst)->reversible = (src)->reversible;                                                             \
+		(dst)->numb_path = (src)->numb_path;                                                               \
+		(dst)->pkey = (src)->pkey;                                                                         \
+		(dst)->sl = (src)->sl;                                                                             \
+		(dst)->mtu_selector = (src)->mtu_selector;                                                         \
+		(dst)->mtu = (src)->mtu;                                                                           \
+		(dst)->rate_selector = (src)->rate_selector;                                                       \
+		(dst)->rate = (src)->rate;                                                                         \
+		(dst)->packet_life_time_selector = (src)->packet_life_time_selector;                               \
+		(dst)->packet_life_time = (src)->packet_life_time;                                                 \
+		(dst)->preference = (src)->preference;                                                             \
+	} while (0)
+
 void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src)
 {
 	if (!dst || !src)
 		return;
 	memcpy(dst->dgid.raw, src->dgid, sizeof(dst->dgid.raw));
 	memcpy(dst->sgid.raw, src->sgid, sizeof(dst->sgid.raw));
-	dst->dlid = src->dlid;
-	dst->slid = src->slid;
-	dst->raw_traffic = src->raw_traffic;
-	dst->flow_label = src->flow_label;
-	dst->hop_limit = src->hop_limit;
-	dst->traffic_class = src->traffic_class;
-	dst->reversible = src->reversible;
-	dst->numb_path = src->numb_path;
-	dst->pkey = src->pkey;
-	dst->sl = src->sl;
-	dst->mtu_selector = src->mtu_selector;
-	dst->mtu = src->mtu;
-	dst->rate_selector = src->rate_selector;
-	dst->rate = src->rate;
-	dst->packet_life_time_selector = src->packet_life_time_selector;
-	dst->packet_life_time = src->packet_life_time;
-	dst->preference = src->preference;
+	COPY_PATH_FIELDS(dst, src);
 }
 
 void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_rec *src)
@@ -180,23 +186,7 @@ void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_
 		return;
 	memcpy(dst->dgid, src->dgid.raw, sizeof(dst->dgid));
 	memcpy(dst->sgid, src->sgid.raw, sizeof(dst->sgid));
-	dst->dlid = src->dlid;
-	dst->slid = src->slid;
-	dst->raw_traffic = src->raw_traffic;
-	dst->flow_label = src->flow_label;
-	dst->hop_limit = src->hop_limit;
-	dst->traffic_class = src->traffic_class;
-	dst->reversible = src->reversible;
-	dst->numb_path = src->numb_path;
-	dst->pkey = src->pkey;
-	dst->sl = src->sl;
-	dst->mtu_selector = src->mtu_selector;
-	dst->mtu = src->mtu;
-	dst->rate_selector = src->rate_selector;
-	dst->rate = src->rate;
-	dst->packet_life_time_selector = src->packet_life_time_selector;
-	dst->packet_life_time = src->packet_life_time;
-	dst->preference = src->preference;
+	COPY_PATH_FIELDS(dst, src);
 }
 
 /* --- sysfs (stock librdmacm reads its ABI version and devices' files
