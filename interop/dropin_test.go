@@ -196,27 +196,10 @@ func (d *dropin) once(t *testing.T, r *row, c dropinCase, kernelServer bool) (lo
 	drops := d.capA.dropped() + d.capV.dropped()
 	qemuWait, daemonWait := runQueueWait(d.vm.PID), runQueueWait(d.a.proc.cmd.Process.Pid)
 	started := time.Now()
-	var kern, ours outcome
-	if kernelServer {
-		job := d.vm.StartTimeout(kcmd, timeout)
-		defer job.Kill()
-		if err := job.WaitListen(ctx, rxepeer.PingpongPort); err != nil {
-			r.fail(t, "kernel server %q: %v", kcmd, err)
-			return
-		}
-		hargv = append(hargv, d.vm.IP.Addr().String())
-		p := startTool(t, d.n, hargv...)
-		kern, ours = waitPair(ctx, job, p)
-	} else {
-		p := startTool(t, d.n, hargv...)
-		if err := waitListen(ctx, d.n, rxepeer.PingpongPort, p); err != nil {
-			r.fail(t, "drop-in server %q: %v", strings.Join(hargv, " "), err)
-			return
-		}
-		kcmd += " " + d.n.HostAddr.Addr().String()
-		job := d.vm.StartTimeout(kcmd, timeout)
-		defer job.Kill()
-		kern, ours = waitPair(ctx, job, p)
+	kern, ours, err := d.runSides(ctx, t, kcmd, hargv, kernelServer, nil)
+	if err != nil {
+		r.fail(t, "%v", err)
+		return
 	}
 	kern.who, ours.who = "guest (kernel rxe) "+kcmd, "host (drop-in on vrnicd) "+strings.Join(hargv[4:], " ")
 	r.secs = time.Since(started).Seconds()

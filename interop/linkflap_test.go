@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/vrnic/vrnicd/interop/rxepeer"
 )
 
 // TestInteropLinkFlap: the link between vrnicd and the kernel rxe peer goes
@@ -79,25 +77,9 @@ func (d *dropin) flap(t *testing.T, c dropinCase, kernelServer bool) {
 		}
 		flapped <- flapDone{at: time.Now(), pkts: pkts(), err: err}
 	}
-	var kern, ours outcome
-	if kernelServer {
-		job := d.vm.StartTimeout(kcmd, timeout)
-		defer job.Kill()
-		if err := job.WaitListen(ctx, rxepeer.PingpongPort); err != nil {
-			t.Fatalf("kernel server %q: %v", kcmd, err)
-		}
-		p := startTool(t, d.n, append(hargv, d.vm.IP.Addr().String())...)
-		go flap()
-		kern, ours = waitPair(ctx, job, p)
-	} else {
-		p := startTool(t, d.n, hargv...)
-		if err := waitListen(ctx, d.n, rxepeer.PingpongPort, p); err != nil {
-			t.Fatalf("drop-in server: %v", err)
-		}
-		job := d.vm.StartTimeout(kcmd+" "+d.n.HostAddr.Addr().String(), timeout)
-		defer job.Kill()
-		go flap()
-		kern, ours = waitPair(ctx, job, p)
+	kern, ours, err := d.runSides(ctx, t, kcmd, hargv, kernelServer, func() { go flap() })
+	if err != nil {
+		t.Fatal(err)
 	}
 	ended := time.Now()
 	kern.who, ours.who = "guest (kernel rxe) "+kcmd, "host (drop-in on vrnicd) "+strings.Join(hargv[4:], " ")

@@ -329,25 +329,10 @@ func (b *bed) runCaseOnce(t *testing.T, r *row, c caseSpec, g gidKind, kernelSer
 	drops := b.capA.dropped() + b.capV.dropped()
 	qemuWait, daemonWait := runQueueWait(b.vm.PID), runQueueWait(b.a.proc.cmd.Process.Pid)
 	started := time.Now()
-	var kern, ours outcome
-	if kernelServer {
-		job := b.vm.StartTimeout(kcmd, b.caseTimeout())
-		defer job.Kill()
-		if err := job.WaitListen(ctx, rxepeer.PingpongPort); err != nil {
-			r.fail(t, "kernel server %q: %v", kcmd, err)
-			return
-		}
-		p := startTool(t, b.n, append(vargs, b.vm.IP.Addr().String())...)
-		kern, ours = waitPair(ctx, job, p)
-	} else {
-		p := startTool(t, b.n, vargs...)
-		if err := waitListen(ctx, b.n, rxepeer.PingpongPort, p); err != nil {
-			r.fail(t, "vrnicd server %q: %v", strings.Join(vargs, " "), err)
-			return
-		}
-		job := b.vm.StartTimeout(kcmd+" "+b.n.HostAddr.Addr().String(), b.caseTimeout())
-		defer job.Kill()
-		kern, ours = waitPair(ctx, job, p)
+	kern, ours, err := b.runSides(ctx, t, kcmd, vargs, kernelServer, nil)
+	if err != nil {
+		r.fail(t, "%v", err)
+		return
 	}
 	kern.who, ours.who = "kernel "+kcmd, "vrnicd "+strings.Join(vargs[1:], " ")
 	r.secs = time.Since(started).Seconds()
@@ -559,6 +544,39 @@ func (b *bed) runPair(t *testing.T, c caseSpec) {
 
 // waitPair waits for both sides. When one fails the other gets 10 s to
 // end by itself (a server whose client died may wait for ever), then it
+
+// runSides runs the guest's command kcmd and the host's argv against each
+// other on the pingpong port, each side the other's peer: the guest's the
+// server (kernelServer) or the client, the client given the server's
+// address. started (may be nil) runs once both are under way. The error
+// says which server did not listen.
+func (b *bed) runSides(ctx context.Context, t *testing.T, kcmd string, argv []string, kernelServer bool, started func()) (kern, ours outcome, err error) {
+	if kernelServer {
+		job := b.vm.StartTimeout(kcmd, b.caseTimeout())
+		defer job.Kill()
+		if err := job.WaitListen(ctx, rxepeer.PingpongPort); err != nil {
+			return kern, ours, fmt.Errorf("kernel server %q: %v", kcmd, err)
+		}
+		p := startTool(t, b.n, append(argv, b.vm.IP.Addr().String())...)
+		if started != nil {
+			started()
+		}
+		kern, ours = waitPair(ctx, job, p)
+		return kern, ours, nil
+	}
+	p := startTool(t, b.n, argv...)
+	if err := waitListen(ctx, b.n, rxepeer.PingpongPort, p); err != nil {
+		return kern, ours, fmt.Errorf("host server %q: %v", strings.Join(argv, " "), err)
+	}
+	job := b.vm.StartTimeout(kcmd+" "+b.n.HostAddr.Addr().String(), b.caseTimeout())
+	defer job.Kill()
+	if started != nil {
+		started()
+	}
+	kern, ours = waitPair(ctx, job, p)
+	return kern, ours, nil
+}
+
 // is killed.
 func waitPair(ctx context.Context, job *rxepeer.Job, p *hostProc) (kern, ours outcome) {
 	ctx, cancel := context.WithCancel(ctx)
