@@ -33,7 +33,7 @@ $(CABI_OUT)/ibverbs/%.o: cabi/ibverbs/%.c $(IBV_HDRS)
 $(CABI_OUT)/libibverbs.map: cabi/mkmap.sh cabi/cabi.mk $(IBVERBS_SYS)
 	@mkdir -p $(dir $@)
 	cabi/mkmap.sh $(IBVERBS_SYS) >$@.tmp && printf '%s\n' \
-		'VRNICD_PRIVATE_1 { global: vrnicd_cm_call; vrnicd_cm_handler; vrnicd_cm_pump; vrnicd_cm_fd;' \
+		'VRNICD_PRIVATE_1 { global: vrnicd_cm_call; vrnicd_cm_call_fd;' \
 		'	vrnicd_qp_handle; vrnicd_qp_by_num; vrnicd_dead; };' >>$@.tmp && mv $@.tmp $@
 
 # --no-undefined-version: every symbol of the installed library must be

@@ -18,12 +18,21 @@ const (
 	OpCMResolveUD   Op = 0x48 // UD over SIDR: SIDR_REQ to an RDMA_PS_UDP service
 	OpCMAcceptUD    Op = 0x49 // UD over SIDR: SIDR_REP with a UD QP
 	OpCMResolveAddr Op = 0x4A // rdma_resolve_addr: source address, destination's link address
+
+	// Event channels: each is a socket of its own that the daemon writes the
+	// CM events of the objects on it to (rdma_create_event_channel).
+	OpCMChannel          Op = 0x4B
+	OpCMCloseChannel     Op = 0x4C
+	OpCMMigrate          Op = 0x4D // rdma_migrate_id: an object's events go to another channel
+	OpCMResolveAddrAsync Op = 0x4E // rdma_resolve_addr answered by an event
 )
 
 var cmOpNames = map[Op]string{
 	OpCMListen: "cm_listen", OpCMUnlisten: "cm_unlisten", OpCMConnect: "cm_connect", OpCMAccept: "cm_accept",
 	OpCMReject: "cm_reject", OpCMDisconnect: "cm_disconnect", OpCMDestroy: "cm_destroy", OpCMEvent: "cm_event",
 	OpCMResolveUD: "cm_resolve_ud", OpCMAcceptUD: "cm_accept_ud", OpCMResolveAddr: "cm_resolve_addr",
+	OpCMChannel: "cm_channel", OpCMCloseChannel: "cm_close_channel", OpCMMigrate: "cm_migrate",
+	OpCMResolveAddrAsync: "cm_resolve_addr_async",
 }
 
 // Private data sizes rdma_cm gives its consumers over IB/RoCE (cma.c):
@@ -46,13 +55,14 @@ const PortSpaceUDP = 0x0111
 
 // CMListenReq listens on an rdma_cm port of a port space (0: RDMA_PS_TCP,
 // 0x0106) at Addr (an IPv4-mapped or IPv6 address; all zeros: any of the
-// device's). Context comes back in the listener's events.
+// device's). Context comes back in the listener's events, on Channel (0:
+// the client's socket).
 type CMListenReq struct {
 	Context   uint64
 	Addr      [16]byte
 	PortSpace uint16
 	Port      uint16
-	_         uint32
+	Channel   uint32
 }
 
 type CMListenResp struct{ Listener uint32 }
@@ -70,7 +80,8 @@ type CMConnParams struct {
 
 // CMConnectReq connects QP (a handle of this connection, RC or UC, in RESET
 // or INIT) to Dst:DstPort from Src:SrcPort (zero: the device picks the
-// address; port 0: an ephemeral one). Context comes back in its events.
+// address; port 0: an ephemeral one). Context comes back in its events,
+// on Channel (0: the client's socket).
 type CMConnectReq struct {
 	Context   uint64
 	QP        uint32
@@ -80,6 +91,7 @@ type CMConnectReq struct {
 	Src       [16]byte
 	SrcPort   uint16
 	_         uint16
+	Channel   uint32
 	Params    CMConnParams
 }
 
@@ -105,8 +117,9 @@ type CMRejectReq struct {
 // CMResolveUDReq resolves the UD peer listening on Dst:DstPort (port space
 // 0 or PortSpaceUDP) from Src:SrcPort (as CMConnectReq's) with a SIDR_REQ
 // carrying PrivateLen bytes of Private after the cma_hdr. The answer is an
-// event of the new connection: ESTABLISHED with the peer's QPN, Q_Key and
-// address vector, or UNREACHABLE (status: the SIDR status, or -ETIMEDOUT).
+// event of the new connection on Channel (0: the client's socket):
+// ESTABLISHED with the peer's QPN, Q_Key and address vector, or
+// UNREACHABLE (status: the SIDR status, or -ETIMEDOUT).
 type CMResolveUDReq struct {
 	Context    uint64
 	Dst        [16]byte
@@ -117,6 +130,7 @@ type CMResolveUDReq struct {
 	PrivateLen uint8
 	_          uint8
 	Private    [CMResolveUDPrivateLen]byte
+	Channel    uint32
 }
 
 // CMAcceptUDReq answers the SIDR request Conn (a CONNECT_REQUEST of a
@@ -152,10 +166,36 @@ type CMResolveAddrResp struct {
 	_         uint32
 }
 
+// CMChannelResp names a new event channel; the reply carries the
+// client's end of its socket (SOCK_SEQPACKET), where OpCMEvent frames of
+// the objects on the channel arrive and nothing else.
+type CMChannelResp struct{ Channel uint32 }
+
+// CMMigrateReq moves listener or connection Handle's events from now on to
+// Channel (0: the client's socket).
+type CMMigrateReq struct {
+	Handle  uint32
+	Channel uint32
+}
+
+// CMResolveAddrAsyncReq is CMResolveAddrReq answered by an event instead
+// of the reply: the reply comes at once (errors found without the network:
+// EINVAL, EADDRNOTAVAIL), and ADDR_RESOLVED (Local: the source address,
+// AH.SGIDIndex its GID's index) or ADDR_ERROR (status -ETIMEDOUT: nobody
+// answered) later on Channel, with Context and no connection.
+type CMResolveAddrAsyncReq struct {
+	Context   uint64
+	Channel   uint32
+	TimeoutMS uint32
+	Dst       [16]byte
+	Src       [16]byte
+}
+
 // CMEventType is enum rdma_cm_event_type.
 type CMEventType uint32
 
 const (
+	CMEventAddrResolved   CMEventType = 0
 	CMEventAddrError      CMEventType = 1
 	CMEventRouteError     CMEventType = 3
 	CMEventConnectRequest CMEventType = 4
@@ -168,7 +208,7 @@ const (
 )
 
 var cmEventNames = map[CMEventType]string{
-	CMEventAddrError: "ADDR_ERROR", CMEventRouteError: "ROUTE_ERROR", CMEventConnectRequest: "CONNECT_REQUEST",
+	CMEventAddrResolved: "ADDR_RESOLVED", CMEventAddrError: "ADDR_ERROR", CMEventRouteError: "ROUTE_ERROR", CMEventConnectRequest: "CONNECT_REQUEST",
 	CMEventConnectError: "CONNECT_ERROR", CMEventUnreachable: "UNREACHABLE", CMEventRejected: "REJECTED",
 	CMEventEstablished: "ESTABLISHED", CMEventDisconnected: "DISCONNECTED", CMEventTimewaitExit: "TIMEWAIT_EXIT",
 }
@@ -224,6 +264,11 @@ func init() {
 		OpCMResolveUD:   spec(mk[CMResolveUDReq](), mk[CMConnectResp](), none, none),
 		OpCMAcceptUD:    spec(mk[CMAcceptUDReq](), mk[Empty](), none, none),
 		OpCMResolveAddr: spec(mk[CMResolveAddrReq](), mk[CMResolveAddrResp](), none, none),
+
+		OpCMChannel:          spec(mk[Empty](), mk[CMChannelResp](), none, [2]int{1, 1}),
+		OpCMCloseChannel:     spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMMigrate:          spec(mk[CMMigrateReq](), mk[Empty](), none, none),
+		OpCMResolveAddrAsync: spec(mk[CMResolveAddrAsyncReq](), mk[Empty](), none, none),
 	} {
 		s.Name = cmOpNames[op]
 		Specs[op] = s

@@ -217,14 +217,15 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 // TestReservedBytesMustBeZero: a request whose blank fields carry bytes is
-// EINVAL, not silently accepted (the fuzz-found case: CMListenReq's tail).
+// EINVAL, not silently accepted (the fuzz-found case was CMListenReq's
+// tail, which is its channel now; CMResolveAddrReq's is blank).
 func TestReservedBytesMustBeZero(t *testing.T) {
-	p := Encode(nil, &CMListenReq{Port: 7471})
-	if _, err := DecodeRequest(Header{Version: 1, Op: OpCMListen, Length: uint32(len(p))}, p, 0); err != nil {
+	p := Encode(nil, &CMResolveAddrReq{TimeoutMS: 100})
+	if _, err := DecodeRequest(Header{Version: 1, Op: OpCMResolveAddr, Length: uint32(len(p))}, p, 0); err != nil {
 		t.Fatalf("clean request: %v", err)
 	}
 	p[len(p)-1] = 0x30
-	_, err := DecodeRequest(Header{Version: 1, Op: OpCMListen, Length: uint32(len(p))}, p, 0)
+	_, err := DecodeRequest(Header{Version: 1, Op: OpCMResolveAddr, Length: uint32(len(p))}, p, 0)
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("reserved byte set: %v, want EINVAL", err)
 	}

@@ -1,7 +1,7 @@
 /* private.c: what the drop-in librdmacm.so.1 needs of a context, exported
  * under our own version node (VRNICD_PRIVATE_1, cabi.mk), never rdma-core's:
- * rdma_cm requests travel on the connection that holds the QPs they name,
- * and their events arrive there among the others. */
+ * rdma_cm requests travel on the connection that holds the QPs they name;
+ * their events arrive on sockets of their own (cm_channel). */
 #include <errno.h>
 
 #include "vrn.h"
@@ -12,32 +12,18 @@ int vrnicd_cm_call(struct ibv_context *ctx, uint16_t op, const void *req, size_t
 	return vrn_call(to_vctx(ctx), op, req, reqlen, NULL, 0, resp, resplen, NULL, 0, NULL);
 }
 
-/* vrnicd_cm_handler sets who takes ctx's CM events: fn runs with the
- * event's payload, on whichever thread read it off the socket (never one
- * inside fn: it must only queue). */
-void vrnicd_cm_handler(struct ibv_context *ctx, void (*fn)(void *arg, const void *msg, uint32_t len), void *arg)
+/* vrnicd_cm_call_fd is vrnicd_cm_call for a request whose reply carries a
+ * descriptor (cm_channel): *fd is it, or -1. */
+int vrnicd_cm_call_fd(struct ibv_context *ctx, uint16_t op, const void *req, size_t reqlen, void *resp, size_t resplen,
+		      int *fd)
 {
-	struct vrn_context *c = to_vctx(ctx);
-	pthread_mutex_lock(&c->ev_mu);
-	c->cm_fn = fn;
-	c->cm_arg = arg;
-	pthread_mutex_unlock(&c->ev_mu);
+	int n = 0;
+	*fd = -1;
+	int err = vrn_call(to_vctx(ctx), op, req, reqlen, NULL, 0, resp, resplen, fd, 1, &n);
+	if (!err && n != 1)
+		err = EPROTO;
+	return err;
 }
-
-/* vrnicd_cm_pump reads what waits on ctx's socket when no request is in
- * flight (events go to their handlers); -1 once the daemon is gone. */
-int vrnicd_cm_pump(struct ibv_context *ctx)
-{
-	struct vrn_context *c = to_vctx(ctx);
-	if (pthread_mutex_trylock(&c->call_mu))
-		return c->dead ? -1 : 0; /* a caller is reading it */
-	int r = vrn_read_events(c);
-	pthread_mutex_unlock(&c->call_mu);
-	return r;
-}
-
-/* vrnicd_cm_fd is ctx's socket, for an epoll set (EPOLLIN: something to pump). */
-int vrnicd_cm_fd(struct ibv_context *ctx) { return to_vctx(ctx)->sock; }
 
 /* vrnicd_qp_handle is a QP's handle on its context's connection. */
 uint32_t vrnicd_qp_handle(struct ibv_qp *qp) { return container_of(qp, struct vrn_qp, qp)->handle; }

@@ -121,24 +121,12 @@ static int recv_frame(int sock, uint8_t *buf, size_t *len, int *fds, int *nfds, 
 	return 0;
 }
 
-/* dispatch files an async event in the queue and hands a CM event to the
- * drop-in librdmacm's taker (dropped when none: no rdma_cm id is here). */
+/* dispatch files an async event in the queue. CM events come on their
+ * channels' sockets, never here. */
 static void dispatch_event(struct vrn_context *c, const struct vrn_header *h, const uint8_t *p, size_t plen)
 {
-	if (!c)
-		return;
-	if (h->op == VRN_OP_EVENT) {
+	if (c && h->op == VRN_OP_EVENT)
 		vrn_queue_event(c, h->op, p, (uint32_t)plen);
-		return;
-	}
-	if (h->op != VRN_OP_CM_EVENT)
-		return;
-	pthread_mutex_lock(&c->ev_mu);
-	void (*fn)(void *, const void *, uint32_t) = c->cm_fn;
-	void *arg = c->cm_arg;
-	pthread_mutex_unlock(&c->ev_mu);
-	if (fn)
-		fn(arg, p, (uint32_t)plen);
 }
 
 int vrn_call_fd(int sock, uint64_t id, uint16_t op, const void *req, size_t reqlen, const int *fds, int nfds,

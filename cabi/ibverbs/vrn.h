@@ -37,7 +37,7 @@ struct vrn_device {
 /* One event the daemon sent that no caller has taken yet. */
 struct vrn_event {
 	struct vrn_event *next;
-	uint16_t op;     /* VRN_OP_EVENT or VRN_OP_CM_EVENT */
+	uint16_t op;     /* VRN_OP_EVENT */
 	uint32_t len;
 	uint8_t payload[]; /* the event's payload */
 };
@@ -62,8 +62,6 @@ struct vrn_context {
 	void **objs;               /* handle -> QP, CQ or SRQ, for events */
 	uint32_t nobjs;
 	struct vrn_memctx *mem;    /* this connection's handles of the memory segments (mr.c) */
-	void (*cm_fn)(void *arg, const void *msg, uint32_t len); /* rdma_cm events' taker (private.c), under ev_mu */
-	void *cm_arg;
 };
 
 static inline struct vrn_context *to_vctx(struct ibv_context *c)

@@ -65,6 +65,10 @@
 #define VRN_OP_CM_RESOLVE_UD 72
 #define VRN_OP_CM_ACCEPT_UD 73
 #define VRN_OP_CM_RESOLVE_ADDR 74
+#define VRN_OP_CM_CHANNEL 75
+#define VRN_OP_CM_CLOSE_CHANNEL 76
+#define VRN_OP_CM_MIGRATE 77
+#define VRN_OP_CM_RESOLVE_ADDR_ASYNC 78
 
 #define VRN_RING_HEADER_SIZE 256
 #define VRN_RING_OFF_MAGIC 0
@@ -254,6 +258,11 @@ struct vrn_cm_accept_ud_req {
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_accept_ud_req) == 148, "vrn_cm_accept_ud_req");
 
+struct vrn_cm_channel_resp {
+	uint32_t channel; /* @0 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_channel_resp) == 4, "vrn_cm_channel_resp");
+
 struct vrn_cm_connect_req {
 	uint64_t context; /* @0 */
 	uint32_t qp; /* @8 */
@@ -263,9 +272,10 @@ struct vrn_cm_connect_req {
 	uint8_t src[16]; /* @32 */
 	uint16_t src_port; /* @48 */
 	uint16_t reserved_50; /* @50 */
-	struct vrn_cm_conn_params params; /* @52 */
+	uint32_t channel; /* @52 */
+	struct vrn_cm_conn_params params; /* @56 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_cm_connect_req) == 256, "vrn_cm_connect_req");
+_Static_assert(sizeof(struct vrn_cm_connect_req) == 260, "vrn_cm_connect_req");
 
 struct vrn_cm_connect_resp {
 	uint32_t conn; /* @0 */
@@ -277,7 +287,7 @@ struct vrn_cm_listen_req {
 	uint8_t addr[16]; /* @8 */
 	uint16_t port_space; /* @24 */
 	uint16_t port; /* @26 */
-	uint32_t reserved_28; /* @28 */
+	uint32_t channel; /* @28 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_listen_req) == 32, "vrn_cm_listen_req");
 
@@ -286,6 +296,12 @@ struct vrn_cm_listen_resp {
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_listen_resp) == 4, "vrn_cm_listen_resp");
 
+struct vrn_cm_migrate_req {
+	uint32_t handle; /* @0 */
+	uint32_t channel; /* @4 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_migrate_req) == 8, "vrn_cm_migrate_req");
+
 struct vrn_cm_reject_req {
 	uint32_t conn; /* @0 */
 	uint8_t private_len; /* @4 */
@@ -293,6 +309,15 @@ struct vrn_cm_reject_req {
 	uint8_t private[148]; /* @8 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_reject_req) == 156, "vrn_cm_reject_req");
+
+struct vrn_cm_resolve_addr_async_req {
+	uint64_t context; /* @0 */
+	uint32_t channel; /* @8 */
+	uint32_t timeout_ms; /* @12 */
+	uint8_t dst[16]; /* @16 */
+	uint8_t src[16]; /* @32 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_resolve_addr_async_req) == 48, "vrn_cm_resolve_addr_async_req");
 
 struct vrn_cm_resolve_addr_req {
 	uint8_t dst[16]; /* @0 */
@@ -319,8 +344,9 @@ struct vrn_cm_resolve_ud_req {
 	uint8_t private_len; /* @46 */
 	uint8_t reserved_47; /* @47 */
 	uint8_t private[180]; /* @48 */
+	uint32_t channel; /* @228 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_cm_resolve_ud_req) == 228, "vrn_cm_resolve_ud_req");
+_Static_assert(sizeof(struct vrn_cm_resolve_ud_req) == 232, "vrn_cm_resolve_ud_req");
 
 struct vrn_capture_req {
 	uint32_t flags; /* @0 */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cma.h"
@@ -16,7 +17,7 @@ int cma_ndevs = -1;
 static struct cma_id *ids; /* every live id, under cma_mu */
 static uint64_t next_seq = 1;
 
-static void on_cm_event(void *arg, const void *msg, uint32_t len);
+static void on_cm_event(int dev, const void *msg, uint32_t len);
 
 /* cma_init_devices opens every device once (librdmacm does at its first
  * use): ids bind to them and share their contexts. */
@@ -34,7 +35,6 @@ int cma_init_devices(void)
 			struct cma_dev *d = &cma_devs[cma_ndevs];
 			d->ctx = ctx;
 			d->pd = ibv_alloc_pd(ctx);
-			vrnicd_cm_handler(ctx, on_cm_event, (void *)(intptr_t)cma_ndevs);
 			cma_ndevs++;
 		}
 		if (list)
@@ -78,6 +78,9 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		return NULL;
 	}
 	pthread_mutex_init(&ch->mu, NULL);
+	pthread_mutex_init(&ch->pump_mu, NULL);
+	for (int d = 0; d < CMA_MAX_DEVS; d++)
+		ch->socks[d] = -1;
 	ch->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ch->ch.fd = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event e = {.events = EPOLLIN, .data.u32 = 0};
@@ -104,44 +107,69 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct cma_channel *ch = (struct cma_channel *)channel;
+	pthread_mutex_lock(&ch->pump_mu); /* no reader is in the sockets */
 	pthread_mutex_lock(&ch->mu);
 	for (struct cma_event *e = ch->head, *n; e; e = n) {
 		n = e->next;
 		free(e);
 	}
 	ch->head = ch->tail = NULL;
+	for (int d = 0; d < CMA_MAX_DEVS; d++)
+		if (ch->socks[d] >= 0) {
+			struct vrn_handle_req req = {.handle = ch->handles[d]};
+			if (!cma_devs[d].gone)
+				vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_CLOSE_CHANNEL, &req, sizeof(req), NULL, 0);
+			close(ch->socks[d]);
+			ch->socks[d] = -1;
+		}
 	close(ch->evfd);
 	close(ch->ch.fd);
 	ch->closed = 1;
 	int keep = ch->waiters > 0;
 	pthread_mutex_unlock(&ch->mu);
+	pthread_mutex_unlock(&ch->pump_mu);
 	if (!keep)
 		free(ch);
 }
 
-/* watch puts a device's socket in a channel's set, once. */
-static void watch(struct cma_channel *ch, int dev)
+/* cma_chan is the channel's handle on a device: the daemon's event socket
+ * for it is made (and put in the channel's set) on first use. 0 or an errno. */
+int cma_chan(struct cma_channel *ch, int dev, uint32_t *handle)
 {
-	if (dev < 0 || ch->devs[dev])
-		return;
-	struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = (uint32_t)dev + 1};
-	if (!epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, vrnicd_cm_fd(cma_devs[dev].ctx), &e))
-		ch->devs[dev] = 1;
-}
-
-void cma_watch(struct cma_channel *ch, int dev)
-{
+	int err = 0;
 	pthread_mutex_lock(&ch->mu);
-	watch(ch, dev);
+	if (ch->closed) {
+		err = EINVAL;
+	} else if (ch->socks[dev] < 0) {
+		struct vrn_cm_channel_resp r;
+		int fd;
+		err = vrnicd_cm_call_fd(cma_devs[dev].ctx, VRN_OP_CM_CHANNEL, NULL, 0, &r, sizeof(r), &fd);
+		struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = (uint32_t)dev + 1};
+		if (!err && epoll_ctl(ch->ch.fd, EPOLL_CTL_ADD, fd, &e))
+			err = errno;
+		if (err) {
+			if (fd >= 0)
+				close(fd);
+		} else {
+			ch->socks[dev] = fd;
+			ch->handles[dev] = r.channel;
+		}
+	}
+	if (!err)
+		*handle = ch->handles[dev];
 	pthread_mutex_unlock(&ch->mu);
+	return err;
 }
 
+/* cma_set_dev puts the id on a device; its channel listens there from now
+ * on (for DEVICE_REMOVAL too). A failure shows in the id's next request. */
 void cma_set_dev(struct cma_id *c, int dev)
 {
+	uint32_t h;
 	c->dev = dev;
 	c->id.verbs = cma_devs[dev].ctx;
 	c->id.port_num = 1;
-	cma_watch(c->chan, dev);
+	(void)cma_chan(c->chan, dev, &h);
 }
 
 /* The eventfd is readable exactly while the queue holds an event, as the
@@ -430,9 +458,8 @@ static struct cma_id *connect_request(struct cma_id *l, int dev, const struct vr
 
 /* on_cm_event turns the daemon's CM event into the program's, on whatever
  * thread read it (only queueing here). */
-static void on_cm_event(void *arg, const void *msg, uint32_t len)
+static void on_cm_event(int dev, const void *msg, uint32_t len)
 {
-	int dev = (int)(intptr_t)arg;
 	struct vrn_cm_event_msg m;
 	if (len != sizeof(m))
 		return;
@@ -440,7 +467,9 @@ static void on_cm_event(void *arg, const void *msg, uint32_t len)
 	pthread_mutex_lock(&cma_mu);
 	struct cma_id *c = find(dev, &m);
 	struct cma_event *e = NULL;
-	if (c && m.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+	if (c && (m.type == RDMA_CM_EVENT_ADDR_RESOLVED || m.type == RDMA_CM_EVENT_ADDR_ERROR)) {
+		e = cma_addr_event(c, &m);
+	} else if (c && m.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
 		struct cma_id *child = connect_request(c, dev, &m);
 		if (child && (e = cma_new_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0)))
 			e->ev.listen_id = &c->id;
@@ -454,7 +483,7 @@ static void on_cm_event(void *arg, const void *msg, uint32_t len)
 			  m.type == RDMA_CM_EVENT_UNREACHABLE))
 			c->state = CMA_GONE;
 	}
-	if (e)
+	if (e && m.type != RDMA_CM_EVENT_ADDR_RESOLVED && m.type != RDMA_CM_EVENT_ADDR_ERROR)
 		params(e, &m, e->ev.id->ps == RDMA_PS_UDP);
 	pthread_mutex_unlock(&cma_mu);
 	if (e)
@@ -486,12 +515,47 @@ static void removal(int dev)
 	}
 }
 
-/* pump reads what waits on the sockets of a channel's devices. */
+/* read_channel takes what waits on one of a channel's sockets, without
+ * blocking: -1 once the daemon is gone (end of file). */
+static int read_channel(int dev, int fd)
+{
+	uint8_t buf[VRN_MAX_MESSAGE];
+	for (int i = 0; i < 64; i++) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0)
+			return -1;
+		if (n < 0)
+			return errno == ECONNRESET ? -1 : 0;
+		struct vrn_header h;
+		if ((size_t)n < sizeof(h))
+			continue;
+		memcpy(&h, buf, sizeof(h));
+		if (h.op == VRN_OP_CM_EVENT && h.length == (size_t)n - sizeof(h))
+			on_cm_event(dev, buf + sizeof(h), h.length);
+	}
+	return 0;
+}
+
+/* pump reads what waits on the channel's sockets; a device whose daemon
+ * went gets its DEVICE_REMOVAL, and its socket leaves the set (it would
+ * stay readable). */
 static void pump(struct cma_channel *ch)
 {
-	for (int d = 0; d < CMA_MAX_DEVS && d < cma_ndevs; d++)
-		if (ch->devs[d] && vrnicd_cm_pump(cma_devs[d].ctx) < 0)
-			removal(d);
+	pthread_mutex_lock(&ch->pump_mu);
+	for (int d = 0; d < CMA_MAX_DEVS && d < cma_ndevs; d++) {
+		pthread_mutex_lock(&ch->mu);
+		int fd = ch->closed ? -1 : ch->socks[d];
+		pthread_mutex_unlock(&ch->mu);
+		if (fd < 0 || read_channel(d, fd) == 0)
+			continue;
+		removal(d);
+		pthread_mutex_lock(&ch->mu);
+		epoll_ctl(ch->ch.fd, EPOLL_CTL_DEL, fd, NULL);
+		close(fd);
+		ch->socks[d] = -1;
+		pthread_mutex_unlock(&ch->mu);
+	}
+	pthread_mutex_unlock(&ch->pump_mu);
 }
 
 static int wait_event(struct cma_channel *ch, struct rdma_cm_event **event);
@@ -601,6 +665,20 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		errno = EINVAL; /* librdmacm makes a synchronous id here; not done */
 		return -1;
 	}
+	/* the daemon sends the id's events to the new channel from now on */
+	int err = 0;
+	for (int d = 0; d < cma_ndevs && !err; d++) {
+		uint32_t obj = c->listeners[d] ? c->listeners[d] : (d == c->dev ? c->conn : 0);
+		uint32_t h;
+		if (obj && !(err = cma_chan(to, d, &h))) {
+			struct vrn_cm_migrate_req req = {.handle = obj, .channel = h};
+			err = vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_MIGRATE, &req, sizeof(req), NULL, 0);
+		}
+	}
+	if (err) {
+		errno = err;
+		return -1;
+	}
 	/* the queued events of the id move with it, in order */
 	pthread_mutex_lock(&from->mu);
 	struct cma_event *moved = NULL, **tail = &moved, **pp = &from->head, *prev = NULL;
@@ -633,10 +711,9 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		rdma_destroy_event_channel(&from->ch);
 	}
 	pthread_mutex_unlock(&cma_mu);
-	pthread_mutex_lock(&to->mu);
+	uint32_t h;
 	if (c->dev >= 0)
-		watch(to, c->dev);
-	pthread_mutex_unlock(&to->mu);
+		(void)cma_chan(to, c->dev, &h); /* DEVICE_REMOVAL reaches it there */
 	for (struct cma_event *e = moved, *n; e; e = n) {
 		n = e->next;
 		cma_queue(to, e);

@@ -1,10 +1,9 @@
 /* cma.h: the drop-in librdmacm's internal objects. An rdma_cm_id is the
  * public struct programs read, inside our cma_id; its CM requests go on the
  * verbsock connection of its device's context (the one holding the QPs
- * they name), whose CM events the drop-in libibverbs hands to us
- * (vrnicd_cm_handler). An event channel is an epoll set of an eventfd (our
- * queue is not empty) and the sockets of the devices its ids use (an event
- * may wait there unread). */
+ * they name). An event channel is an epoll set of an eventfd (our queue is
+ * not empty) and, per device its ids use, the daemon's event socket for
+ * the channel (cm_channel), where only the events of its ids arrive. */
 #ifndef CMA_H
 #define CMA_H
 
@@ -17,9 +16,8 @@
 
 /* libibverbs' private face (cabi/ibverbs/private.c, node VRNICD_PRIVATE_1). */
 int vrnicd_cm_call(struct ibv_context *ctx, uint16_t op, const void *req, size_t reqlen, void *resp, size_t resplen);
-void vrnicd_cm_handler(struct ibv_context *ctx, void (*fn)(void *arg, const void *msg, uint32_t len), void *arg);
-int vrnicd_cm_pump(struct ibv_context *ctx);
-int vrnicd_cm_fd(struct ibv_context *ctx);
+int vrnicd_cm_call_fd(struct ibv_context *ctx, uint16_t op, const void *req, size_t reqlen, void *resp, size_t resplen,
+		      int *fd);
 uint32_t vrnicd_qp_handle(struct ibv_qp *qp);
 int vrnicd_qp_by_num(struct ibv_context *ctx, uint32_t qpn, uint32_t *handle);
 int vrnicd_dead(struct ibv_context *ctx);
@@ -45,8 +43,10 @@ struct cma_channel {
 	struct rdma_event_channel ch; /* fd: the epoll set */
 	int evfd;
 	pthread_mutex_t mu;
+	pthread_mutex_t pump_mu; /* one reader of the sockets at a time, so events keep their order */
 	struct cma_event *head, *tail;
-	int devs[CMA_MAX_DEVS]; /* which devices' sockets are in the set */
+	int socks[CMA_MAX_DEVS];        /* the daemon's event socket per device, -1: none (mu) */
+	uint32_t handles[CMA_MAX_DEVS]; /* the channel's handle on that device (mu) */
 	int internal;           /* made for a synchronous id */
 	int waiters;            /* threads in rdma_get_cm_event (mu) */
 	int closed;             /* destroyed while some waited: the last frees it (mu) */
@@ -87,13 +87,15 @@ extern int cma_ndevs;
 int cma_init_devices(void);
 int cma_call(struct cma_id *c, uint16_t op, const void *req, size_t reqlen, void *resp, size_t resplen);
 void cma_set_dev(struct cma_id *c, int dev);
-void cma_watch(struct cma_channel *ch, int dev);
+int cma_chan(struct cma_channel *ch, int dev, uint32_t *handle);
 struct cma_event *cma_new_event(struct cma_id *c, enum rdma_cm_event_type type, int status);
 void cma_queue(struct cma_channel *ch, struct cma_event *e);
 int cma_complete(struct cma_id *c, enum rdma_cm_event_type want);
 struct cma_id *cma_new_id(struct rdma_event_channel *channel, void *context, enum rdma_port_space ps,
 			  enum ibv_qp_type qpt);
 
+/* conn.c */
+struct cma_event *cma_addr_event(struct cma_id *c, const struct vrn_cm_event_msg *m);
 /* addr.c helpers */
 void cma_to_v6(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);
 void cma_from_v6(const uint8_t in[16], uint16_t port, int family, struct sockaddr_storage *out);

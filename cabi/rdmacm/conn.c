@@ -9,6 +9,15 @@
 
 #include "cma.h"
 
+/* SET_CHANNEL puts the id's channel on device dev in a request (its
+ * packed field through a copy); err: 0 or an errno. */
+#define SET_CHANNEL(err, req, ch, dev)                                                                                 \
+	do {                                                                                                           \
+		uint32_t h_ = 0;                                                                                       \
+		(err) = cma_chan((ch), (dev), &h_);                                                                    \
+		(req).channel = h_;                                                                                    \
+	} while (0)
+
 /* Addresses travel as 16 bytes, IPv4-mapped for IPv4. */
 void cma_to_v6(const struct sockaddr *sa, uint8_t out[16], uint16_t *port)
 {
@@ -150,10 +159,9 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	return 0;
 }
 
-/* resolve asks the device for the source address toward dst and its
- * neighbour (ARP/ND): 0, or an errno. */
-static int resolve(struct cma_id *c, int d, const struct sockaddr *src, const struct sockaddr *dst, int timeout_ms,
-		   struct sockaddr_storage *got)
+/* resolve asks device d for the source address toward dst and its
+ * neighbour (ARP/ND), waiting for the answer: 0, or an errno. */
+static int resolve(int d, const struct sockaddr *src, const struct sockaddr *dst, int timeout_ms, uint8_t got[16])
 {
 	struct vrn_cm_resolve_addr_req req = {0};
 	struct vrn_cm_resolve_addr_resp r;
@@ -161,11 +169,34 @@ static int resolve(struct cma_id *c, int d, const struct sockaddr *src, const st
 	cma_to_v6(src, req.src, NULL);
 	req.timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0;
 	int err = vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_RESOLVE_ADDR, &req, sizeof(req), &r, sizeof(r));
-	if (err)
-		return err;
-	cma_from_v6(r.src, 0, dst->sa_family, got);
-	(void)c;
-	return 0;
+	if (!err)
+		memcpy(got, r.src, 16);
+	return err;
+}
+
+/* resolved ends a resolution: on success the id takes the source address
+ * the daemon picked, with its bound port or an ephemeral one. cma_mu held. */
+static struct cma_event *resolved(struct cma_id *c, int err, const uint8_t src[16])
+{
+	struct rdma_cm_id *id = &c->id;
+	if (err) /* librdmacm: ADDR_ERROR, status -ETIMEDOUT when nobody answered */
+		return cma_new_event(c, RDMA_CM_EVENT_ADDR_ERROR, err == EHOSTUNREACH ? -ETIMEDOUT : -err);
+	uint16_t sport = c->state == CMA_BOUND ? port_of(&id->route.addr.src_addr) : 0;
+	cma_from_v6(src, 0, id->route.addr.dst_addr.sa_family, &id->route.addr.src_storage);
+	set_port(&id->route.addr.src_addr, sport ? sport : ephemeral());
+	c->state = CMA_ADDR;
+	return cma_new_event(c, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+}
+
+/* cma_addr_event is the daemon's answer to cm_resolve_addr_async as the
+ * program's event (NULL: the id moved on meanwhile). cma_mu held. */
+struct cma_event *cma_addr_event(struct cma_id *c, const struct vrn_cm_event_msg *m)
+{
+	if (c->state != CMA_IDLE && c->state != CMA_BOUND)
+		return NULL;
+	if (m->type == RDMA_CM_EVENT_ADDR_ERROR)
+		return resolved(c, m->status < 0 ? -m->status : EIO, NULL);
+	return resolved(c, 0, m->local);
 }
 
 int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr, int timeout_ms)
@@ -181,32 +212,35 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 		errno = EINVAL;
 		return -1;
 	}
-	const struct sockaddr *src = c->state == CMA_BOUND ? &id->route.addr.src_addr : NULL;
-	uint16_t sport = src ? port_of(src) : 0;
-	struct sockaddr_storage got;
-	int err = EHOSTUNREACH;
-	/* The bound device, else the first that reaches dst. */
-	for (int d = c->dev >= 0 ? c->dev : 0; d < cma_ndevs; d++) {
-		err = resolve(c, d, src, dst_addr, timeout_ms, &got);
-		if (!err) {
-			if (c->dev < 0)
-				cma_set_dev(c, d);
-			break;
-		}
-		if (c->dev >= 0)
-			break;
-	}
 	memcpy(&id->route.addr.dst_storage, dst_addr, sa_len(dst_addr));
-	struct cma_event *e;
-	if (err) {
-		/* librdmacm: ADDR_ERROR, status -ETIMEDOUT when nobody answered */
-		e = cma_new_event(c, RDMA_CM_EVENT_ADDR_ERROR, err == EHOSTUNREACH ? -ETIMEDOUT : -err);
+	const struct sockaddr *src = c->state == CMA_BOUND ? &id->route.addr.src_addr : NULL;
+	int d = c->dev >= 0 ? c->dev : (cma_ndevs == 1 ? 0 : -1);
+	int err = EHOSTUNREACH;
+	uint8_t got[16];
+	if (d >= 0) {
+		/* As the kernel's: the call returns, the answer is an event. */
+		if (c->dev < 0)
+			cma_set_dev(c, d);
+		struct vrn_cm_resolve_addr_async_req req = {.context = c->seq,
+							    .timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0};
+		cma_to_v6(dst_addr, req.dst, NULL);
+		cma_to_v6(src, req.src, NULL);
+		SET_CHANNEL(err, req, c->chan, d);
+		if (!err)
+			err = vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_RESOLVE_ADDR_ASYNC, &req, sizeof(req), NULL, 0);
+		if (!err)
+			return c->sync ? cma_complete(c, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
 	} else {
-		memcpy(&id->route.addr.src_storage, &got, sizeof(got));
-		set_port(&id->route.addr.src_addr, sport ? sport : ephemeral());
-		c->state = CMA_ADDR;
-		e = cma_new_event(c, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+		/* Several devices and an unbound id: the first that reaches dst. */
+		for (d = 0; d < cma_ndevs; d++)
+			if (!(err = resolve(d, src, dst_addr, timeout_ms, got))) {
+				cma_set_dev(c, d);
+				break;
+			}
 	}
+	pthread_mutex_lock(&cma_mu);
+	struct cma_event *e = resolved(c, err, got);
+	pthread_mutex_unlock(&cma_mu);
 	if (!e) {
 		errno = ENOMEM;
 		return -1;
@@ -262,7 +296,10 @@ static int listen_on(struct cma_id *c, int d, const uint8_t addr[16], uint16_t p
 	struct vrn_cm_listen_req req = {.context = c->seq, .port_space = (uint16_t)c->id.ps, .port = port};
 	memcpy(req.addr, addr, 16);
 	struct vrn_cm_listen_resp r;
-	int err = vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_LISTEN, &req, sizeof(req), &r, sizeof(r));
+	int err;
+	SET_CHANNEL(err, req, c->chan, d); /* the listener hears every device it listens on */
+	if (!err)
+		err = vrnicd_cm_call(cma_devs[d].ctx, VRN_OP_CM_LISTEN, &req, sizeof(req), &r, sizeof(r));
 	if (!err)
 		c->listeners[d] = r.listener;
 	return err;
@@ -307,10 +344,6 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		errno = err;
 		return -1;
 	}
-	/* the listener hears every device it listens on */
-	for (int d = 0; d < cma_ndevs; d++)
-		if (c->listeners[d])
-			cma_watch(c->chan, d);
 	c->state = CMA_LISTEN;
 	return 0;
 }
@@ -384,7 +417,9 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			req.private_len = conn_param->private_data_len;
 			memcpy(req.private, conn_param->private_data, req.private_len);
 		}
-		err = vrnicd_cm_call(ctx, VRN_OP_CM_RESOLVE_UD, &req, sizeof(req), &r, sizeof(r));
+		SET_CHANNEL(err, req, c->chan, c->dev);
+		if (!err)
+			err = vrnicd_cm_call(ctx, VRN_OP_CM_RESOLVE_UD, &req, sizeof(req), &r, sizeof(r));
 	} else {
 		struct vrn_cm_connect_req req = {.context = c->seq, .port_space = (uint16_t)id->ps, .dst_port = dport,
 						 .src_port = sport};
@@ -393,6 +428,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		uint32_t qp = 0;
 		err = qp_handle(c, conn_param, &qp);
 		req.qp = qp;
+		if (!err)
+			SET_CHANNEL(err, req, c->chan, c->dev);
 		if (!err)
 			err = conn_params(conn_param, &req.params, 56); /* the REQ's 92 less the cma_hdr */
 		if (!err)

@@ -32,8 +32,16 @@
  *  destroy_waits  rdma_destroy_id waits until the id's retrieved events are
  *                 acked (a thread acks after 400 ms); an id destroyed with an
  *                 event queued and not retrieved leaves nothing behind;
- *  addr_timeout   rdma_resolve_addr to UNUSED_ADDR: ADDR_ERROR with status
- *                 -ETIMEDOUT within the timeout asked (1000 ms) and a margin;
+ *  addr_timeout   rdma_resolve_addr to UNUSED_ADDR returns at once (within
+ *                 300 ms) and ADDR_ERROR with status -ETIMEDOUT follows
+ *                 within the timeout asked (1000 ms) and a margin;
+ *  addr_async     while one id's resolution of UNUSED_ADDR waits, a second
+ *                 id on the same channel resolves SERVER_ADDR: its
+ *                 ADDR_RESOLVED comes first, the first id's ADDR_ERROR after;
+ *  channel_exact  two channels with client ids on one device: a whole
+ *                 connection of an id on one (resolution, ESTABLISHED,
+ *                 DISCONNECTED) never makes the other readable, and each
+ *                 event makes its own channel readable until it is taken;
  *  no_listener    a connect to a port nobody listens on: REJECTED, status 8
  *                 (IB_CM_REJ_INVALID_SERVICE_ID);
  *  reject         rdma_reject with 20 bytes of private data: REJECTED status
@@ -586,6 +594,7 @@ static void c_addr_timeout(void)
 		/* the kernel may refuse at once (no route): not this subnet's case */
 		fail("rdma_resolve_addr to %s: %s", unused_addr, strerror(errno));
 	}
+	CHECK(call < 300, "rdma_resolve_addr took %lld ms: the answer is an event", (long long)call);
 	struct rdma_cm_event *ev = expect(ch, RDMA_CM_EVENT_ADDR_ERROR, id, 8000);
 	int64_t took = now_ms() - t0;
 	int st = ev->status;
@@ -596,6 +605,74 @@ static void c_addr_timeout(void)
 	     st, (long long)took);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
+}
+
+static void c_addr_async(void)
+{
+	struct rdma_event_channel *ch = chan();
+	struct rdma_cm_id *slow, *fast;
+	struct sockaddr_storage src, nobody, dst;
+	addr(cli_addr, 0, &src);
+	addr(unused_addr, port(15), &nobody);
+	addr(srv_addr, port(15), &dst);
+	ZERO(rdma_create_id(ch, &slow, NULL, RDMA_PS_TCP));
+	ZERO(rdma_create_id(ch, &fast, NULL, RDMA_PS_TCP));
+	ZERO(rdma_resolve_addr(slow, (struct sockaddr *)&src, (struct sockaddr *)&nobody, 1500));
+	int64_t t0 = now_ms();
+	ZERO(rdma_resolve_addr(fast, (struct sockaddr *)&src, (struct sockaddr *)&dst, 1500));
+	expect_ack(ch, RDMA_CM_EVENT_ADDR_RESOLVED, fast, TMO);
+	int64_t fast_ms = now_ms() - t0;
+	CHECK(fast_ms < 1000, "ADDR_RESOLVED after %lld ms: it waited for the other id", (long long)fast_ms);
+	struct rdma_cm_event *ev = expect(ch, RDMA_CM_EVENT_ADDR_ERROR, slow, 8000);
+	ZERO(rdma_ack_cm_event(ev));
+	info("ADDR_RESOLVED after %lld ms, the other id's ADDR_ERROR after %lld ms", (long long)fast_ms,
+	     (long long)(now_ms() - t0));
+	rdma_destroy_id(slow);
+	rdma_destroy_id(fast);
+	rdma_destroy_event_channel(ch);
+}
+
+/* quiet: other has nothing, now and for ms. */
+static void quiet(struct rdma_event_channel *other, int ms, const char *when)
+{
+	CHECK(!readable(other, ms), "the other channel is readable %s", when);
+	empty(other, when);
+}
+
+static void c_channel_exact(void)
+{
+	struct rdma_event_channel *cch = chan(), *other = chan(), *sch = chan();
+	struct rdma_cm_id *idle, *l = listener(sch, port(16));
+	struct sockaddr_storage src;
+	addr(cli_addr, 0, &src);
+	/* an id on the other channel, on the same device as the client's */
+	ZERO(rdma_create_id(other, &idle, NULL, RDMA_PS_TCP));
+	ZERO(rdma_bind_addr(idle, (struct sockaddr *)&src));
+	struct rdma_cm_id *cli = routed(cch, port(16), NULL);
+	quiet(other, 0, "after the client's resolution");
+	qp(cli);
+	ZERO(rdma_connect(cli, NULL));
+	struct rdma_cm_id *srv = request(sch, l, NULL, NULL);
+	qp(srv);
+	ZERO(rdma_accept(srv, NULL));
+	CHECK(readable(cch, TMO), "no ESTABLISHED on the client's channel");
+	quiet(other, 0, "while the client's ESTABLISHED waits");
+	expect_ack(cch, RDMA_CM_EVENT_ESTABLISHED, cli, TMO);
+	expect_ack(sch, RDMA_CM_EVENT_ESTABLISHED, srv, TMO);
+	ZERO(rdma_disconnect(srv));
+	CHECK(readable(cch, TMO), "no DISCONNECTED on the client's channel");
+	quiet(other, 200, "while the client's DISCONNECTED waits");
+	expect_ack(cch, RDMA_CM_EVENT_DISCONNECTED, cli, TMO);
+	ZERO(rdma_disconnect(cli));
+	expect_ack(sch, RDMA_CM_EVENT_DISCONNECTED, srv, TMO);
+	quiet(other, 0, "after the connection");
+	teardown(cli);
+	teardown(srv);
+	rdma_destroy_id(l);
+	rdma_destroy_id(idle);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(other);
+	rdma_destroy_event_channel(sch);
 }
 
 static void c_no_listener(void)
@@ -1091,6 +1168,8 @@ int main(int argc, char **argv)
 	run("migrate", c_migrate);
 	run("destroy_waits", c_destroy_waits);
 	run("addr_timeout", c_addr_timeout);
+	run("addr_async", c_addr_async);
+	run("channel_exact", c_channel_exact);
 	run("no_listener", c_no_listener);
 	run("reject", c_reject);
 	run("private_data", c_private_data);

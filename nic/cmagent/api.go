@@ -145,6 +145,22 @@ type ResolvedAddr struct {
 // ErrInvalidDst (dst not a unicast address), ErrAddr (src not the port's,
 // or no address of dst's family), ErrUnresolved (nobody answered).
 func (a *Agent) ResolveAddr(ctx context.Context, src, dst netip.Addr, timeout time.Duration) (ResolvedAddr, error) {
+	ra, err := a.ResolveSource(src, dst)
+	if err != nil {
+		return ResolvedAddr{}, err
+	}
+	if timeout <= 0 || timeout > a.resolveTimeout {
+		timeout = a.resolveTimeout
+	}
+	if err := a.resolve(ctx, ra.Dst, timeout); err != nil {
+		return ResolvedAddr{}, err
+	}
+	return ra, nil
+}
+
+// ResolveSource is ResolveAddr without the network: it checks dst and src
+// and picks the source, with the errors ResolveAddr gives for them.
+func (a *Agent) ResolveSource(src, dst netip.Addr) (ResolvedAddr, error) {
 	to, from := dst.Unmap(), src.Unmap()
 	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() {
 		return ResolvedAddr{}, fmt.Errorf("%w: %v", ErrInvalidDst, dst)
@@ -159,12 +175,6 @@ func (a *Agent) ResolveAddr(ctx context.Context, src, dst netip.Addr, timeout ti
 	idx, ok := a.dev.GIDs().IndexOf(from)
 	if !ok {
 		return ResolvedAddr{}, fmt.Errorf("%w: %v is not one of the port's addresses", ErrAddr, from)
-	}
-	if timeout <= 0 || timeout > a.resolveTimeout {
-		timeout = a.resolveTimeout
-	}
-	if err := a.resolve(ctx, to, timeout); err != nil {
-		return ResolvedAddr{}, err
 	}
 	return ResolvedAddr{Dst: to, Src: from, SGIDIndex: idx}, nil
 }

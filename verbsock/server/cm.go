@@ -19,7 +19,12 @@ import (
 type CMLimits struct {
 	MaxListens int // default 64
 	MaxConns   int // connections of every state, connect requests not yet answered included; default 1024
-	EventQueue int // CM events waiting for the client's socket; default 1024
+	EventQueue int // CM events waiting for the client's socket, and for each event channel's; default 1024
+	// MaxChannels bounds event channels (librdmacm's synchronous ids have
+	// one each); default 1024.
+	MaxChannels int
+	// MaxResolving bounds address resolutions in progress; default 64.
+	MaxResolving int
 }
 
 func (l CMLimits) withDefaults() CMLimits {
@@ -32,28 +37,38 @@ func (l CMLimits) withDefaults() CMLimits {
 	if l.EventQueue <= 0 {
 		l.EventQueue = 1024
 	}
+	if l.MaxChannels <= 0 {
+		l.MaxChannels = 1024
+	}
+	if l.MaxResolving <= 0 {
+		l.MaxResolving = 64
+	}
 	return l
 }
 
-// cmClient is one client's rdma_cm state: its listeners and connections by
-// handle, and the queue of its CM events. The agent's handlers fill it
-// (with the agent's lock held: they only queue); the request loop reads it.
+// cmClient is one client's rdma_cm state: its listeners, connections and
+// event channels by handle (one namespace), and the queue of the CM events
+// for its own socket. The agent's handlers fill it (with the agent's lock
+// held: they only queue); the request loop reads it.
 type cmClient struct {
-	mu      sync.Mutex
-	next    uint32
-	listens map[uint32]*cmListen
-	conns   map[uint32]*cmConn
-	byID    map[uint32]*cmConn // agent connection ID -> connection, for the listener's handler
-	events  chan verbsock.CMEventMsg
-	lost    uint64
-	started bool
-	gone    bool
+	mu        sync.Mutex
+	next      uint32
+	listens   map[uint32]*cmListen
+	conns     map[uint32]*cmConn
+	chans     map[uint32]*cmChannel
+	byID      map[uint32]*cmConn // agent connection ID -> connection, for the listener's handler
+	events    chan verbsock.CMEventMsg
+	lost      uint64
+	resolving int // cm_resolve_addr_async in progress
+	started   bool
+	gone      bool
 }
 
 type cmListen struct {
 	handle uint32
 	id     uint64 // the agent's listener
 	ctx    uint64
+	ch     *cmChannel // where its events go (nil: the client's socket)
 }
 
 type cmConn struct {
@@ -63,7 +78,8 @@ type cmConn struct {
 	listener uint32
 	peer     netip.AddrPort
 	local    netip.AddrPort
-	ud       bool // a UD resolution or SIDR request
+	ud       bool       // a UD resolution or SIDR request
+	ch       *cmChannel // where its events go (nil: the client's socket)
 }
 
 // dispatchCM runs the rdma_cm operations; ok is false for any other.
@@ -71,7 +87,7 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 	switch op {
 	case verbsock.OpCMListen, verbsock.OpCMUnlisten, verbsock.OpCMConnect, verbsock.OpCMAccept,
 		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy, verbsock.OpCMResolveUD, verbsock.OpCMAcceptUD,
-		verbsock.OpCMResolveAddr:
+		verbsock.OpCMResolveAddr, verbsock.OpCMCloseChannel, verbsock.OpCMMigrate, verbsock.OpCMResolveAddrAsync:
 	default:
 		return nil, false, nil
 	}
@@ -106,6 +122,12 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 		resp, err = &verbsock.Empty{}, c.cmAcceptUD(a, req.(*verbsock.CMAcceptUDReq))
 	case verbsock.OpCMResolveAddr:
 		resp, err = cmResolveAddr(a, req.(*verbsock.CMResolveAddrReq))
+	case verbsock.OpCMCloseChannel:
+		resp, err = &verbsock.Empty{}, c.cmChannelClose(req.(*verbsock.HandleReq).Handle)
+	case verbsock.OpCMMigrate:
+		resp, err = &verbsock.Empty{}, c.cmMigrate(req.(*verbsock.CMMigrateReq))
+	case verbsock.OpCMResolveAddrAsync:
+		resp, err = &verbsock.Empty{}, c.cmResolveAddrAsync(a, req.(*verbsock.CMResolveAddrAsyncReq))
 	}
 	return resp, true, cmErr(err)
 }
@@ -121,6 +143,7 @@ func (c *conn) cmStart() {
 	}
 	k.started = true
 	k.listens, k.conns, k.byID = map[uint32]*cmListen{}, map[uint32]*cmConn{}, map[uint32]*cmConn{}
+	k.chans = map[uint32]*cmChannel{}
 	k.next = 1
 	k.events = make(chan verbsock.CMEventMsg, c.s.cmLimits.EventQueue)
 	c.wg.Add(1)
@@ -152,7 +175,12 @@ func (c *conn) cmListen(a *cmagent.Agent, r *verbsock.CMListenReq) (any, error) 
 		k.mu.Unlock()
 		return nil, quota("rdma_cm listeners", uint64(c.s.cmLimits.MaxListens))
 	}
-	l := &cmListen{handle: k.next, ctx: r.Context}
+	ch, err := k.channel(r.Channel)
+	if err != nil {
+		k.mu.Unlock()
+		return nil, err
+	}
+	l := &cmListen{handle: k.next, ctx: r.Context, ch: ch}
 	k.next++
 	k.mu.Unlock()
 	addr := netip.AddrFrom16(r.Addr).Unmap()
@@ -204,7 +232,7 @@ func (c *conn) cmListenEvent(l *cmListen, e cmagent.Event) bool {
 		return false
 	}
 	cn := &cmConn{handle: k.next, id: e.ID, ctx: l.ctx, listener: l.handle, peer: e.Request.Src, local: e.Request.Dst,
-		ud: e.Kind == cm.EventSIDRRequest}
+		ud: e.Kind == cm.EventSIDRRequest, ch: l.ch}
 	k.next++
 	k.conns[cn.handle] = cn
 	k.byID[cn.id] = cn
@@ -224,13 +252,7 @@ func (c *conn) cmConnEvent(cn *cmConn, e cmagent.Event) bool {
 	if k.gone || !c.ready.Load() {
 		return true
 	}
-	m := cmEventMsg(cn, e)
-	select {
-	case k.events <- m:
-	default:
-		k.lost++
-		c.log.Warn("rdma_cm event dropped: the client does not read its socket", "event", m.Type, "lost", k.lost)
-	}
+	c.cmSend(cn.ch, cmEventMsg(cn, e))
 	return true
 }
 
@@ -282,7 +304,12 @@ func (c *conn) cmConnect(a *cmagent.Agent, r *verbsock.CMConnectReq) (any, error
 		k.mu.Unlock()
 		return nil, quota("rdma_cm connections", uint64(c.s.cmLimits.MaxConns))
 	}
-	cn := &cmConn{handle: k.next, ctx: r.Context, peer: netip.AddrPortFrom(netip.AddrFrom16(r.Dst).Unmap(), r.DstPort)}
+	ch, err := k.channel(r.Channel)
+	if err != nil {
+		k.mu.Unlock()
+		return nil, err
+	}
+	cn := &cmConn{handle: k.next, ctx: r.Context, peer: netip.AddrPortFrom(netip.AddrFrom16(r.Dst).Unmap(), r.DstPort), ch: ch}
 	k.next++
 	k.conns[cn.handle] = cn // held now: events may come before Connect returns
 	k.mu.Unlock()
@@ -384,7 +411,11 @@ func (c *conn) cmCleanup() {
 	k.mu.Lock()
 	k.gone = true
 	listens, conns := k.listens, k.conns
-	k.listens, k.conns, k.byID = nil, nil, nil
+	for _, ch := range k.chans {
+		ch.dead = true
+		close(ch.quit)
+	}
+	k.listens, k.conns, k.byID, k.chans = nil, nil, nil, nil
 	k.mu.Unlock()
 	if a == nil {
 		return

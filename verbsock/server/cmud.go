@@ -29,7 +29,13 @@ func (c *conn) cmResolveUD(a *cmagent.Agent, r *verbsock.CMResolveUDReq) (any, e
 		k.mu.Unlock()
 		return nil, quota("rdma_cm connections", uint64(c.s.cmLimits.MaxConns))
 	}
-	cn := &cmConn{handle: k.next, ctx: r.Context, ud: true, peer: netip.AddrPortFrom(netip.AddrFrom16(r.Dst).Unmap(), r.DstPort)}
+	ch, err := k.channel(r.Channel)
+	if err != nil {
+		k.mu.Unlock()
+		return nil, err
+	}
+	cn := &cmConn{handle: k.next, ctx: r.Context, ud: true, peer: netip.AddrPortFrom(netip.AddrFrom16(r.Dst).Unmap(), r.DstPort),
+		ch: ch}
 	k.next++
 	k.conns[cn.handle] = cn // held now: the answer may come before ResolveUD returns
 	k.mu.Unlock()

@@ -44,6 +44,9 @@ var handlers = map[verbsock.Op]handler{
 	verbsock.OpHello: func(c *conn, req any, _ []int) (any, []int, error) {
 		return c.hello(req.(*verbsock.HelloReq))
 	},
+	verbsock.OpCMChannel: func(c *conn, _ any, _ []int) (any, []int, error) {
+		return c.cmChannelOpen() // the one rdma_cm op with a descriptor in its reply
+	},
 	verbsock.OpQueryDevice: func(c *conn, _ any, _ []int) (any, []int, error) {
 		return c.queryDevice(), nil, nil
 	},

@@ -152,7 +152,7 @@ func TestHandshake(t *testing.T) {
 	if syscall.Errno(h.Status) != syscall.EPROTO {
 		t.Errorf("frame of another version: status %d, want EPROTO", h.Status)
 	}
-	h, _, _ = r.send(verbsock.Header{Op: 77}, nil, nil)
+	h, _, _ = r.send(verbsock.Header{Op: 0x3F}, nil, nil)
 	if syscall.Errno(h.Status) != syscall.EOPNOTSUPP {
 		t.Errorf("unknown op: status %d", h.Status)
 	}
