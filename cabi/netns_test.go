@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,6 +253,46 @@ func TestProgramsAcrossLinkFlap(t *testing.T) {
 			}
 			checkPerftest(t, tc.prog, tc.args, srvOut, cliOut)
 			t.Logf("%s", bwLine.FindString(cliOut))
+		})
+	}
+}
+
+// fiRow is a row of fi_pingpong's table: size, iterations sent and acked.
+var fiRow = regexp.MustCompile(`(?m)^(\S+)\s+(\d+)\s+=(\d+)\s+\S+\s+[0-9.]+s\s+[0-9.]+`)
+
+// libfabric's verbs provider (Debian's libfabric 1.17) over the drop-in
+// libraries: fi_pingpong, data checked (-c), both ends on vrnicd processes.
+// Its MSG endpoint connects through rdma_cm (a passive endpoint bound to
+// "localhost" that must take the device's address, RDMA_MAX_RESP_RES and
+// RDMA_MAX_INIT_DEPTH in rdma_conn_param); DGRAM is UD; RDM is ofi_rxm
+// over MSG, whose CQ of 256 × FI_UNIVERSE_SIZE entries must fit max_cqe
+// (the default universe of 1024 fails on kernel rxe as here: 262144 CQEs).
+func TestLibfabricPingpong(t *testing.T) {
+	needProgram(t, "fi_pingpong", "libfabric-bin")
+	tl := realDaemons(t)
+	ourRdmacm(t)
+	for _, tc := range []struct {
+		ep      string
+		maxSize string // the largest size of its table
+	}{{"msg", "1m"}, {"rdm", "1m"}, {"dgram", "1k"}} {
+		t.Run(tc.ep, func(t *testing.T) {
+			t.Setenv("FI_UNIVERSE_SIZE", "256")
+			args := []string{"fi_pingpong", "-p", "verbs", "-e", tc.ep, "-I", "100", "-c"}
+			srvOut, cliOut := runPair(t, tl[1], tl[0], 60*time.Second, args, func(port string) []string {
+				return append(slices.Clone(args), "-P", port, "198.51.100.2")
+			})
+			for who, out := range map[string]string{"server": srvOut, "client": cliOut} {
+				rows := fiRow.FindAllStringSubmatch(out, -1)
+				if len(rows) < 3 || rows[len(rows)-1][1] != tc.maxSize {
+					t.Fatalf("%s: %d rows, want sizes up to %s:\n%s", who, len(rows), tc.maxSize, out)
+				}
+				for _, r := range rows {
+					if r[2] != "100" || r[3] != "100" {
+						t.Fatalf("%s: size %s: %s sent, %s acked, want 100:\n%s", who, r[1], r[2], r[3], out)
+					}
+				}
+			}
+			t.Logf("client:\n%s", cliOut)
 		})
 	}
 }

@@ -201,6 +201,8 @@ func srvArgs(args []string, port string) []string {
 	switch filepath.Base(args[0]) {
 	case "ucmatose", "udaddy", "rdma_server", "cmtime", "vrnic-udaddy", "vrnic-ucmatose", "vrnic-cmtime":
 		return args
+	case "fi_pingpong": // -p is its provider; -B its control port
+		return append(append([]string(nil), args...), "-B", port)
 	}
 	return append(append([]string(nil), args...), "-p", port)
 }

@@ -417,6 +417,12 @@ static void params(struct cma_event *e, const struct vrn_cm_event_msg *m, int ud
 	p->private_data_len = (uint8_t)n;
 	p->responder_resources = m->resp_res;
 	p->initiator_depth = m->init_depth;
+	if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		/* as the kernel's cma_set_req_event_data: our side's view of
+		 * the peer's REQ (its initiator depth is our responder resources) */
+		p->responder_resources = m->init_depth;
+		p->initiator_depth = m->resp_res;
+	}
 	p->retry_count = m->retry_count;
 	p->rnr_retry_count = m->rnr_retry;
 	p->srq = m->srq;

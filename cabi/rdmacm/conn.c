@@ -65,9 +65,11 @@ static int is_any(const uint8_t a[16])
 	return !memcmp(a, zero, 16);
 }
 
-/* is_loopback: 127.0.0.0/8 or ::1. The kernel's rdma_cm binds such an
- * address to the first RDMA device (cma_bind_loopback); libfabric's verbs
- * provider binds 127.0.0.1 to learn the device. */
+/* is_loopback: 127.0.0.0/8 or ::1. The kernel's rdma_bind_addr takes
+ * such an address as a wildcard (cma_any_addr is zero or loopback): no
+ * device is acquired, so id->verbs stays NULL. libfabric's verbs provider
+ * binds "localhost" for a passive fi_getinfo without a node and, finding
+ * verbs NULL, takes the device's own IP address as the source. */
 static int is_loopback(const uint8_t a[16])
 {
 	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -138,9 +140,7 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	}
 	uint8_t a[16];
 	cma_to_v6(addr, a, NULL);
-	if (is_loopback(a)) {
-		cma_set_dev(c, 0);
-	} else if (!is_any(a)) {
+	if (!is_any(a) && !is_loopback(a)) {
 		int d = cma_dev_of_addr(addr);
 		if (d < 0) {
 			errno = EADDRNOTAVAIL; /* no RDMA device has it */
@@ -349,21 +349,39 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 }
 
 /* conn_params fills the daemon's CMConnParams from rdma_conn_param,
- * private data bounded as the kernel bounds it (max bytes for this op). */
-static int conn_params(const struct rdma_conn_param *p, struct vrn_cm_conn_params *w, size_t max)
+ * private data bounded as the kernel bounds it (max bytes for this op).
+ * As librdmacm (ucma_valid_param, rdma_connect, rdma_accept): depths past
+ * the device's max_qp_rd_atom / max_qp_init_rd_atom are EINVAL, and
+ * RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xFF, libfabric's verbs
+ * provider's) stand for res and init: the device's maximum on connect,
+ * at most the request's on accept. */
+static int conn_params(struct ibv_context *ctx, const struct rdma_conn_param *p, struct vrn_cm_conn_params *w,
+		       size_t max, int accept, uint8_t req_res, uint8_t req_init)
 {
 	memset(w, 0, sizeof(*w));
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da))
+		return errno ? errno : EIO;
+	uint8_t res = (uint8_t)(da.max_qp_rd_atom > 254 ? 254 : da.max_qp_rd_atom);
+	uint8_t init = (uint8_t)(da.max_qp_init_rd_atom > 254 ? 254 : da.max_qp_init_rd_atom);
+	if (accept) {
+		res = req_res < res ? req_res : res;
+		init = req_init < init ? req_init : init;
+	}
 	if (!p) {
-		w->resp_res = 1;
-		w->init_depth = 1;
+		w->resp_res = res;
+		w->init_depth = init;
 		w->retry_count = 7;
 		w->rnr_retry = 7;
 		return 0;
 	}
 	if (p->private_data_len > max || (p->private_data_len && !p->private_data))
 		return EINVAL;
-	w->resp_res = p->responder_resources;
-	w->init_depth = p->initiator_depth;
+	if ((p->responder_resources != RDMA_MAX_RESP_RES && p->responder_resources > da.max_qp_rd_atom) ||
+	    (p->initiator_depth != RDMA_MAX_INIT_DEPTH && p->initiator_depth > da.max_qp_init_rd_atom))
+		return EINVAL;
+	w->resp_res = p->responder_resources == RDMA_MAX_RESP_RES ? res : p->responder_resources;
+	w->init_depth = p->initiator_depth == RDMA_MAX_INIT_DEPTH ? init : p->initiator_depth;
 	w->retry_count = p->retry_count > 7 ? 7 : p->retry_count;
 	w->rnr_retry = p->rnr_retry_count > 7 ? 7 : p->rnr_retry_count;
 	w->private_len = p->private_data_len;
@@ -431,7 +449,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		if (!err)
 			SET_CHANNEL(err, req, c->chan, c->dev);
 		if (!err)
-			err = conn_params(conn_param, &req.params, 56); /* the REQ's 92 less the cma_hdr */
+			err = conn_params(ctx, conn_param, &req.params, 56, 0, 0, 0); /* the REQ's 92 less the cma_hdr */
 		if (!err)
 			err = vrnicd_cm_call(ctx, VRN_OP_CM_CONNECT, &req, sizeof(req), &r, sizeof(r));
 	}
@@ -466,12 +484,11 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return err ? fail(err) : 0;
 	}
 	struct vrn_cm_accept_req req = {.context = c->seq, .conn = c->conn, .qp = qp};
-	if ((err = conn_params(conn_param, &req.params, sizeof(req.params.private_data))))
+	/* the request's initiator depth bounds our responder resources, its
+	 * responder resources our initiator depth */
+	if ((err = conn_params(ctx, conn_param, &req.params, sizeof(req.params.private_data), 1, c->init_depth,
+			       c->resp_res)))
 		return fail(err);
-	if (!conn_param) {
-		req.params.resp_res = c->init_depth;
-		req.params.init_depth = c->resp_res;
-	}
 	err = vrnicd_cm_call(ctx, VRN_OP_CM_ACCEPT, &req, sizeof(req), NULL, 0);
 	if (err)
 		return fail(err);

@@ -260,7 +260,9 @@ func (a *Agent) flushOnce() {
 		a.log.Debug("CM QP transition", "qpn", m.QPN, "id", m.ID, "state", m.State)
 		if err := a.modify(m); err != nil {
 			a.ctr.ModifyErrors.Add(1)
-			a.log.Debug("CM QP transition failed", "qpn", m.QPN, "state", m.State, "err", err)
+			// The connection goes on with the QP short of RTS: its sends
+			// will fail, which the client sees; the log says why.
+			a.log.Warn("CM QP transition failed", "qpn", m.QPN, "state", m.State, "err", err)
 		}
 	}
 	for i := range a.out.Sends {

@@ -295,6 +295,9 @@ func (c *conn) cmConnect(a *cmagent.Agent, r *verbsock.CMConnectReq) (any, error
 	if err != nil {
 		return nil, err
 	}
+	if err := c.checkDepths(&r.Params); err != nil {
+		return nil, err
+	}
 	if r.PortSpace != 0 && r.PortSpace != cm.PortSpaceTCP {
 		return nil, errf(syscall.EPROTONOSUPPORT, "port space %#x: connections are RDMA_PS_TCP's", r.PortSpace)
 	}
@@ -353,6 +356,17 @@ func cmResolveAddr(a *cmagent.Agent, r *verbsock.CMResolveAddrReq) (any, error) 
 	return &verbsock.CMResolveAddrResp{Src: ra.Src.As16(), SGIDIndex: uint32(ra.SGIDIndex)}, nil
 }
 
+// checkDepths refuses RDMA READ and atomic depths past the device's, as
+// librdmacm's ucma_valid_param does: the QP could not take them at RTR/RTS.
+func (c *conn) checkDepths(w *verbsock.CMConnParams) error {
+	a := c.s.dev.Attr()
+	if int(w.RespRes) > a.MaxQPRdAtom || int(w.InitDepth) > a.MaxQPInitRdAtom {
+		return errf(syscall.EINVAL, "responder_resources %d, initiator_depth %d: the device takes at most %d and %d",
+			w.RespRes, w.InitDepth, a.MaxQPRdAtom, a.MaxQPInitRdAtom)
+	}
+	return nil
+}
+
 func connParams(w *verbsock.CMConnParams, maxPriv int) cmagent.ConnParams {
 	return cmagent.ConnParams{RespRes: w.RespRes, InitDepth: w.InitDepth, RetryCount: w.RetryCount, RNRRetry: w.RNRRetry,
 		PrivateData: w.PrivateData[:min(int(w.PrivateLen), maxPriv, len(w.PrivateData))]}
@@ -361,6 +375,9 @@ func connParams(w *verbsock.CMConnParams, maxPriv int) cmagent.ConnParams {
 func (c *conn) cmAccept(a *cmagent.Agent, r *verbsock.CMAcceptReq) error {
 	o, err := c.qp(r.QP)
 	if err != nil {
+		return err
+	}
+	if err := c.checkDepths(&r.Params); err != nil {
 		return err
 	}
 	return c.cmWithConn(r.Conn, func(cn *cmConn) error {

@@ -299,3 +299,33 @@ func TestCMAddrError(t *testing.T) {
 	_, err = ce.cli.ResolveUD(ctx, nobody, nil)
 	check("ResolveUD", err)
 }
+
+// TestCMDepthsBounded: responder resources or an initiator depth past the
+// device's (max_qp_rd_atom, max_qp_init_rd_atom) fail Dial and Accept with
+// EINVAL, as librdmacm's ucma_valid_param refuses them, rather than making
+// a connection whose QP could not reach RTS.
+func TestCMDepthsBounded(t *testing.T) {
+	ce := newCMEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	attr, err := ce.cli.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := uint8(attr.MaxQPRdAtom + 1)
+	if _, err := ce.cli.Dial(ctx, ce.serverAddr(7300), ce.a.qp, verbs.ConnParams{ResponderResources: over}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("Dial, responder resources %d: %v, want EINVAL", over, err)
+	}
+	l, err := ce.srv.Listen(ce.serverAddr(7300))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = ce.cli.Dial(ctx, ce.serverAddr(7300), ce.a.qp, verbs.ConnParams{}) }()
+	req, _, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Accept(ctx, ce.b.qp, verbs.ConnParams{InitiatorDepth: uint8(attr.MaxQPInitRdAtom + 1)}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("Accept, initiator depth %d: %v, want EINVAL", attr.MaxQPInitRdAtom+1, err)
+	}
+}
