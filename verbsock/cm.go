@@ -25,6 +25,7 @@ const (
 	OpCMCloseChannel     Op = 0x4C
 	OpCMMigrate          Op = 0x4D // rdma_migrate_id: an object's events go to another channel
 	OpCMResolveAddrAsync Op = 0x4E // rdma_resolve_addr answered by an event
+	OpCMEstablish        Op = 0x4F // rdma_establish: the RTU of a CMManualQP connection
 )
 
 var cmOpNames = map[Op]string{
@@ -32,7 +33,7 @@ var cmOpNames = map[Op]string{
 	OpCMReject: "cm_reject", OpCMDisconnect: "cm_disconnect", OpCMDestroy: "cm_destroy", OpCMEvent: "cm_event",
 	OpCMResolveUD: "cm_resolve_ud", OpCMAcceptUD: "cm_accept_ud", OpCMResolveAddr: "cm_resolve_addr",
 	OpCMChannel: "cm_channel", OpCMCloseChannel: "cm_close_channel", OpCMMigrate: "cm_migrate",
-	OpCMResolveAddrAsync: "cm_resolve_addr_async",
+	OpCMResolveAddrAsync: "cm_resolve_addr_async", OpCMEstablish: "cm_establish",
 }
 
 // Private data sizes rdma_cm gives its consumers over IB/RoCE (cma.c):
@@ -67,16 +68,25 @@ type CMListenReq struct {
 
 type CMListenResp struct{ Listener uint32 }
 
-// CMConnParams are struct rdma_conn_param's fields.
+// CMConnParams are struct rdma_conn_param's fields, and Flags.
 type CMConnParams struct {
 	RespRes     uint8 // responder_resources
 	InitDepth   uint8 // initiator_depth
 	RetryCount  uint8 // retry_count, 0-7
 	RNRRetry    uint8 // rnr_retry_count, 0-7
 	PrivateLen  uint8
-	_           [3]byte
+	Flags       uint8 // CMManualQP
+	_           [2]byte
 	PrivateData [CMPrivateMax]byte
+	PSN         uint32 // with CMManualQP: our starting PSN (the QP's rq_psn), 24 bits
 }
+
+// CMManualQP: the client moves the QP itself, as librdmacm's consumers do
+// whose id has no QP (rdma_connect and rdma_accept with conn_param's
+// qp_num, rdma_init_qp_attr, rdma_establish): the daemon never modifies
+// it. On connect the REP comes as CONNECT_RESPONSE and cm_establish sends
+// the RTU; on accept the QP must be in RTS already.
+const CMManualQP = 1
 
 // CMConnectReq connects QP (a handle of this connection, RC or UC, in RESET
 // or INIT) to Dst:DstPort from Src:SrcPort (zero: the device picks the
@@ -195,20 +205,21 @@ type CMResolveAddrAsyncReq struct {
 type CMEventType uint32
 
 const (
-	CMEventAddrResolved   CMEventType = 0
-	CMEventAddrError      CMEventType = 1
-	CMEventRouteError     CMEventType = 3
-	CMEventConnectRequest CMEventType = 4
-	CMEventConnectError   CMEventType = 6
-	CMEventUnreachable    CMEventType = 7
-	CMEventRejected       CMEventType = 8
-	CMEventEstablished    CMEventType = 9
-	CMEventDisconnected   CMEventType = 10
-	CMEventTimewaitExit   CMEventType = 15
+	CMEventAddrResolved    CMEventType = 0
+	CMEventAddrError       CMEventType = 1
+	CMEventRouteError      CMEventType = 3
+	CMEventConnectRequest  CMEventType = 4
+	CMEventConnectResponse CMEventType = 5
+	CMEventConnectError    CMEventType = 6
+	CMEventUnreachable     CMEventType = 7
+	CMEventRejected        CMEventType = 8
+	CMEventEstablished     CMEventType = 9
+	CMEventDisconnected    CMEventType = 10
+	CMEventTimewaitExit    CMEventType = 15
 )
 
 var cmEventNames = map[CMEventType]string{
-	CMEventAddrResolved: "ADDR_RESOLVED", CMEventAddrError: "ADDR_ERROR", CMEventRouteError: "ROUTE_ERROR", CMEventConnectRequest: "CONNECT_REQUEST",
+	CMEventAddrResolved: "ADDR_RESOLVED", CMEventAddrError: "ADDR_ERROR", CMEventRouteError: "ROUTE_ERROR", CMEventConnectRequest: "CONNECT_REQUEST", CMEventConnectResponse: "CONNECT_RESPONSE",
 	CMEventConnectError: "CONNECT_ERROR", CMEventUnreachable: "UNREACHABLE", CMEventRejected: "REJECTED",
 	CMEventEstablished: "ESTABLISHED", CMEventDisconnected: "DISCONNECTED", CMEventTimewaitExit: "TIMEWAIT_EXIT",
 }
@@ -225,7 +236,9 @@ func (t CMEventType) String() string {
 // request; Status is rdma_cm's (REJECTED: the REJ reason, UNREACHABLE:
 // -ETIMEDOUT or a SIDR status). Peer and Local are the two ends' addresses;
 // the QP fields are what the exchange agreed (the peer's for a connect
-// request). A resolved UD peer (ESTABLISHED of cm_resolve_ud, rdma_cm's
+// request). For an RC or UC connection AH is the path (rdma_init_qp_attr's
+// ah_attr at RTR), with Timeout, RQPSN and SQPSN what the QP takes at RTR
+// and RTS. A resolved UD peer (ESTABLISHED of cm_resolve_ud, rdma_cm's
 // event->param.ud) has its QPN in RemoteQPN, its Q_Key in QKey and the
 // path to it in AH.
 type CMEventMsg struct {
@@ -246,10 +259,12 @@ type CMEventMsg struct {
 	PathMTU    uint8
 	SRQ        uint8
 	PrivateLen uint8
-	_          uint8
+	Timeout    uint8 // RC/UC: the QP's Local ACK Timeout exponent (rdma_init_qp_attr at RTS)
 	Private    [CMPrivateMax]byte
 	QKey       uint32
 	AH         AV
+	RQPSN      uint32 // RC/UC: our starting PSN, the QP's rq_psn (0 in a CONNECT_REQUEST: Accept's)
+	SQPSN      uint32 // RC/UC: the peer's starting PSN, the QP's sq_psn
 }
 
 func init() {
@@ -269,6 +284,7 @@ func init() {
 		OpCMCloseChannel:     spec(mk[HandleReq](), mk[Empty](), none, none),
 		OpCMMigrate:          spec(mk[CMMigrateReq](), mk[Empty](), none, none),
 		OpCMResolveAddrAsync: spec(mk[CMResolveAddrAsyncReq](), mk[Empty](), none, none),
+		OpCMEstablish:        spec(mk[HandleReq](), mk[Empty](), none, none),
 	} {
 		s.Name = cmOpNames[op]
 		Specs[op] = s

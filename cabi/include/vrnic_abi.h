@@ -18,6 +18,7 @@
 #define VRN_EVENT_LOST 65535
 #define VRN_PORT_SPACE_UDP 273
 #define VRN_MAX_REG_MR_SEGS 256
+#define VRN_CM_MANUAL_QP 1
 
 #define VRN_OP_HELLO 1
 #define VRN_OP_QUERY_DEVICE 2
@@ -69,6 +70,7 @@
 #define VRN_OP_CM_CLOSE_CHANNEL 76
 #define VRN_OP_CM_MIGRATE 77
 #define VRN_OP_CM_RESOLVE_ADDR_ASYNC 78
+#define VRN_OP_CM_ESTABLISH 79
 
 #define VRN_RING_HEADER_SIZE 256
 #define VRN_RING_OFF_MAGIC 0
@@ -186,12 +188,14 @@ struct vrn_cm_event_msg {
 	uint8_t path_mtu; /* @68 */
 	uint8_t srq; /* @69 */
 	uint8_t private_len; /* @70 */
-	uint8_t reserved_71; /* @71 */
+	uint8_t timeout; /* @71 */
 	uint8_t private[196]; /* @72 */
 	uint32_t qkey; /* @268 */
 	struct vrn_av ah; /* @272 */
+	uint32_t rqpsn; /* @316 */
+	uint32_t sqpsn; /* @320 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_cm_event_msg) == 316, "vrn_cm_event_msg");
+_Static_assert(sizeof(struct vrn_cm_event_msg) == 324, "vrn_cm_event_msg");
 
 struct vrn_alloc_mr_req {
 	uint32_t pd; /* @0 */
@@ -236,10 +240,12 @@ struct vrn_cm_conn_params {
 	uint8_t retry_count; /* @2 */
 	uint8_t rnr_retry; /* @3 */
 	uint8_t private_len; /* @4 */
-	uint8_t reserved_5[3]; /* @5 */
+	uint8_t flags; /* @5 */
+	uint8_t reserved_6[2]; /* @6 */
 	uint8_t private_data[196]; /* @8 */
+	uint32_t psn; /* @204 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_cm_conn_params) == 204, "vrn_cm_conn_params");
+_Static_assert(sizeof(struct vrn_cm_conn_params) == 208, "vrn_cm_conn_params");
 
 struct vrn_cm_accept_req {
 	uint64_t context; /* @0 */
@@ -247,7 +253,7 @@ struct vrn_cm_accept_req {
 	uint32_t qp; /* @12 */
 	struct vrn_cm_conn_params params; /* @16 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_cm_accept_req) == 220, "vrn_cm_accept_req");
+_Static_assert(sizeof(struct vrn_cm_accept_req) == 224, "vrn_cm_accept_req");
 
 struct vrn_cm_accept_ud_req {
 	uint32_t conn; /* @0 */
@@ -275,7 +281,7 @@ struct vrn_cm_connect_req {
 	uint32_t channel; /* @52 */
 	struct vrn_cm_conn_params params; /* @56 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_cm_connect_req) == 260, "vrn_cm_connect_req");
+_Static_assert(sizeof(struct vrn_cm_connect_req) == 264, "vrn_cm_connect_req");
 
 struct vrn_cm_connect_resp {
 	uint32_t conn; /* @0 */

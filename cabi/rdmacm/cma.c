@@ -403,6 +403,7 @@ static void params(struct cma_event *e, const struct vrn_cm_event_msg *m, int ud
 		n = 56;
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
 		if (!to_cma(e->ev.id)->listen)
 			n = 196; /* the REP's, on the active side */
 		break;
@@ -450,6 +451,12 @@ static struct cma_id *connect_request(struct cma_id *l, int dev, const struct vr
 	c->remote_qpn = m->remote_qpn;
 	c->resp_res = m->resp_res;
 	c->init_depth = m->init_depth;
+	cma_take_path(c, m);
+	/* our side of the peer's REQ: its initiator depth is our responder
+	 * resources (cm.c cm_req_handler); our starting PSN goes in the REP */
+	c->our_res = m->init_depth;
+	c->our_init = m->resp_res;
+	c->psn = cma_random_psn();
 	c->state = CMA_CONNECTING;
 	int fam = l->id.route.addr.src_addr.sa_family ? l->id.route.addr.src_addr.sa_family : AF_INET;
 	cma_from_v6(m->local, m->local_port, fam, &c->id.route.addr.src_storage);
@@ -481,9 +488,17 @@ static void on_cm_event(int dev, const void *msg, uint32_t len)
 			e->ev.listen_id = &c->id;
 	} else if (c) {
 		e = cma_new_event(c, (enum rdma_cm_event_type)m.type, m.status);
-		if (e && m.type == RDMA_CM_EVENT_ESTABLISHED) {
-			c->state = CMA_CONNECTED;
+		if (e && (m.type == RDMA_CM_EVENT_ESTABLISHED || m.type == RDMA_CM_EVENT_CONNECT_RESPONSE)) {
+			if (m.type == RDMA_CM_EVENT_ESTABLISHED)
+				c->state = CMA_CONNECTED;
 			c->remote_qpn = m.remote_qpn;
+			if (!c->listen && c->id.ps != RDMA_PS_UDP) {
+				/* the active side: what the REP agreed */
+				cma_take_path(c, &m);
+				c->psn = m.rqpsn;
+				c->our_res = m.resp_res;
+				c->our_init = m.init_depth;
+			}
 		}
 		if (e && (m.type == RDMA_CM_EVENT_DISCONNECTED || m.type == RDMA_CM_EVENT_REJECTED ||
 			  m.type == RDMA_CM_EVENT_UNREACHABLE))

@@ -66,7 +66,14 @@ struct cma_id {
 	uint32_t listeners[CMA_MAX_DEVS]; /* a listen id's handle per device (0: none) */
 	struct cma_id *listen;            /* a connect request's listener */
 	uint32_t remote_qpn;
-	uint8_t resp_res, init_depth;
+	uint8_t resp_res, init_depth; /* the peer's REQ's (passive), or what was agreed (active) */
+	/* What rdma_init_qp_attr gives at RTR and RTS (the events' path). */
+	int manual;                  /* the program moves its own QP (no id->qp at connect/accept) */
+	int have_path;               /* a CONNECT_REQUEST, CONNECT_RESPONSE or ESTABLISHED told it */
+	uint32_t psn, sq_psn;        /* our starting PSN (rq_psn), the peer's (sq_psn) */
+	uint8_t our_res, our_init;   /* max_dest_rd_atomic, max_rd_atomic */
+	uint8_t timeout, path_mtu, retry_count, rnr_retry;
+	struct vrn_av path;
 	uint8_t tos, ack_timeout;
 	int reuse, afonly;
 	int auto_port;                    /* bound to port 0: the port is ours to pick again */
@@ -95,6 +102,8 @@ struct cma_id *cma_new_id(struct rdma_event_channel *channel, void *context, enu
 			  enum ibv_qp_type qpt);
 
 /* conn.c */
+void cma_take_path(struct cma_id *c, const struct vrn_cm_event_msg *m);
+uint32_t cma_random_psn(void);
 struct cma_event *cma_addr_event(struct cma_id *c, const struct vrn_cm_event_msg *m);
 /* addr.c helpers */
 void cma_to_v6(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);

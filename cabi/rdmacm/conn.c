@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cma.h"
@@ -157,6 +158,28 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	}
 	c->state = CMA_BOUND;
 	return 0;
+}
+
+/* cma_take_path keeps what an event says the QP takes at RTR and RTS
+ * (rdma_init_qp_attr). cma_mu held. */
+void cma_take_path(struct cma_id *c, const struct vrn_cm_event_msg *m)
+{
+	c->have_path = 1;
+	c->path = m->ah;
+	c->sq_psn = m->sqpsn;
+	c->timeout = m->timeout;
+	c->path_mtu = m->path_mtu;
+	c->retry_count = m->retry_count;
+	c->rnr_retry = m->rnr_retry;
+}
+
+/* cma_random_psn is a starting PSN as rdma_cm picks one (24 random bits). */
+uint32_t cma_random_psn(void)
+{
+	uint32_t v = 0;
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != sizeof(v))
+		v = (uint32_t)getpid() * 2654435761u ^ (uint32_t)(uintptr_t)&v;
+	return v & 0xffffff;
 }
 
 /* resolve asks device d for the source address toward dst and its
@@ -450,6 +473,14 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			SET_CHANNEL(err, req, c->chan, c->dev);
 		if (!err)
 			err = conn_params(ctx, conn_param, &req.params, 56, 0, 0, 0); /* the REQ's 92 less the cma_hdr */
+		if (!err && !id->qp) {
+			/* The program's own QP: it moves it, after CONNECT_RESPONSE
+			 * (rdma_init_qp_attr, then rdma_establish). */
+			c->manual = 1;
+			c->psn = cma_random_psn();
+			req.params.flags = VRN_CM_MANUAL_QP;
+			req.params.psn = c->psn;
+		}
 		if (!err)
 			err = vrnicd_cm_call(ctx, VRN_OP_CM_CONNECT, &req, sizeof(req), &r, sizeof(r));
 	}
@@ -459,7 +490,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	c->conn = r.conn;
 	c->state = CMA_CONNECTING;
 	pthread_mutex_unlock(&cma_mu);
-	return c->sync ? cma_complete(c, RDMA_CM_EVENT_ESTABLISHED) : 0;
+	return c->sync ? cma_complete(c, c->manual ? RDMA_CM_EVENT_CONNECT_RESPONSE : RDMA_CM_EVENT_ESTABLISHED) : 0;
 }
 
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
@@ -489,6 +520,13 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if ((err = conn_params(ctx, conn_param, &req.params, sizeof(req.params.private_data), 1, c->init_depth,
 			       c->resp_res)))
 		return fail(err);
+	if (!id->qp) {
+		/* The program's own QP, in RTS already (librdmacm moves none
+		 * here): the REP names the PSN rdma_init_qp_attr gave it. */
+		c->manual = 1;
+		req.params.flags = VRN_CM_MANUAL_QP;
+		req.params.psn = c->psn;
+	}
 	err = vrnicd_cm_call(ctx, VRN_OP_CM_ACCEPT, &req, sizeof(req), NULL, 0);
 	if (err)
 		return fail(err);
@@ -526,12 +564,22 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	return err ? fail(err) : 0;
 }
 
-/* rdma_establish completes a connection made without a QP on the id;
- * vrnicd's CM connects QPs it holds, so there is nothing left to do once
- * ESTABLISHED came, and nothing it can do before. */
+/* rdma_establish completes a connection made without a QP on the id,
+ * after its CONNECT_RESPONSE and the program's move of its QP to RTS: the
+ * RTU goes, and the connection is established (no event, as librdmacm's). */
 int rdma_establish(struct rdma_cm_id *id)
 {
-	return to_cma(id)->state == CMA_CONNECTED ? 0 : fail(EINVAL);
+	struct cma_id *c = to_cma(id);
+	if (id->qp || !c->manual || !c->conn || c->dev < 0 || c->listen)
+		return fail(EINVAL);
+	struct vrn_handle_req req = {.handle = c->conn};
+	int err = vrnicd_cm_call(cma_devs[c->dev].ctx, VRN_OP_CM_ESTABLISH, &req, sizeof(req), NULL, 0);
+	if (err)
+		return fail(err);
+	pthread_mutex_lock(&cma_mu);
+	c->state = CMA_CONNECTED;
+	pthread_mutex_unlock(&cma_mu);
+	return 0;
 }
 
 /* rdma_notify: a QP event the consumer saw first (COMM_EST); the daemon's

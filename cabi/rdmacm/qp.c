@@ -174,31 +174,84 @@ void rdma_destroy_srq(struct rdma_cm_id *id)
 	id->srq = NULL;
 }
 
-/* rdma_init_qp_attr: INIT as rdma_create_qp sets it; RTR and RTS as the
- * daemon's CM set them (it moves the QP itself: the values are read back). */
+/* rdma_init_qp_attr: what rdma_cm would give the id's QP for the state
+ * asked (cma.c rdma_init_qp_attr; cm.c cm_init_qp_init_attr,
+ * cm_init_qp_rtr_attr, cm_init_qp_rts_attr), for a program that moves its
+ * own QP: INIT before any connection as rdma_create_qp leaves it (no
+ * remote access), and with the connection's access once a request or
+ * response came; RTR and RTS from the CONNECT_REQUEST, CONNECT_RESPONSE or
+ * ESTABLISHED event (the path, the QPNs, ib_cm's PSNs, the depths). A UD
+ * id's QP takes rdma_cm's Q_Key at INIT and only its state after. */
 int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
 {
-	if (!id->qp || !qp_attr || !qp_attr_mask)
+	struct cma_id *c = to_cma(id);
+	if (!qp_attr || !qp_attr_mask || c->dev < 0)
 		return fail(EINVAL);
 	enum ibv_qp_state want = qp_attr->qp_state;
-	if (want == IBV_QPS_INIT) {
-		memset(qp_attr, 0, sizeof(*qp_attr));
-		qp_attr->qp_state = IBV_QPS_INIT;
+	int ud = id->qp_type == IBV_QPT_UD, rc = id->qp_type == IBV_QPT_RC;
+	memset(qp_attr, 0, sizeof(*qp_attr));
+	qp_attr->qp_state = want;
+	pthread_mutex_lock(&cma_mu);
+	int have = c->have_path;
+	pthread_mutex_unlock(&cma_mu);
+	switch (want) {
+	case IBV_QPS_INIT:
 		qp_attr->port_num = 1;
-		qp_attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-		*qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		*qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+		if (ud) {
+			qp_attr->qkey = RDMA_UDP_QKEY;
+			*qp_attr_mask |= IBV_QP_QKEY;
+			return 0;
+		}
+		if (have) {
+			qp_attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+			if (c->our_res)
+				qp_attr->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+		}
+		*qp_attr_mask |= IBV_QP_ACCESS_FLAGS;
+		return 0;
+	case IBV_QPS_RTR:
+	case IBV_QPS_RTS:
+		break;
+	default:
+		return fail(EINVAL);
+	}
+	if (ud) {
+		*qp_attr_mask = IBV_QP_STATE | (want == IBV_QPS_RTS ? IBV_QP_SQ_PSN : 0);
 		return 0;
 	}
-	if (want != IBV_QPS_RTR && want != IBV_QPS_RTS)
-		return fail(EINVAL);
-	struct ibv_qp_init_attr init;
-	if (ibv_query_qp(id->qp, qp_attr, IBV_QP_STATE, &init))
-		return -1;
-	qp_attr->qp_state = want;
-	*qp_attr_mask = want == IBV_QPS_RTR ? IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-						     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER
-					    : IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-						     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	if (!have)
+		return fail(EINVAL); /* no connection to take the values from yet */
+	if (want == IBV_QPS_RTR) {
+		struct ibv_ah_attr *a = &qp_attr->ah_attr;
+		a->is_global = 1;
+		memcpy(a->grh.dgid.raw, c->path.dgid, 16);
+		a->grh.flow_label = c->path.flow_label;
+		a->grh.sgid_index = c->path.sgid_index;
+		a->grh.hop_limit = c->path.hop_limit;
+		a->grh.traffic_class = c->path.traffic_class;
+		a->sl = c->path.sl;
+		a->port_num = 1;
+		qp_attr->path_mtu = (enum ibv_mtu)c->path_mtu;
+		qp_attr->dest_qp_num = c->remote_qpn;
+		qp_attr->rq_psn = c->psn;
+		*qp_attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+		if (rc) {
+			qp_attr->max_dest_rd_atomic = c->our_res;
+			qp_attr->min_rnr_timer = 0; /* ib_cm's */
+			*qp_attr_mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		}
+		return 0;
+	}
+	qp_attr->sq_psn = c->sq_psn;
+	*qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (rc) {
+		qp_attr->timeout = c->timeout;
+		qp_attr->retry_cnt = c->retry_count;
+		qp_attr->rnr_retry = c->rnr_retry;
+		qp_attr->max_rd_atomic = c->our_init;
+		*qp_attr_mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	}
 	return 0;
 }
 

@@ -63,6 +63,14 @@
  *  qp_init_recv   rdma_create_qp's QP is in INIT on port 1 (ibv_query_qp);
  *                 receives posted before rdma_connect / rdma_accept take the
  *                 first SEND each way, bytes intact;
+ *  manual_qp      both sides make their own QPs (ibv_create_qp, no id->qp)
+ *                 and move them with rdma_init_qp_attr: the client's
+ *                 rdma_connect names its QP by conn_param.qp_num and gets
+ *                 CONNECT_RESPONSE (the REP's private data), moves its QP to
+ *                 RTR and RTS, then rdma_establish; the server moves its QP
+ *                 to RTS before rdma_accept and gets ESTABLISHED; a SEND
+ *                 each way arrives; after the disconnect both QPs are still
+ *                 in RTS (the CM moves no QP it was not given);
  *  killed         a client process (this program, "child" mode) connects
  *                 and is SIGKILLed before the server accepts: the server's
  *                 accept fails, or its id gets REJECTED or DISCONNECTED, and
@@ -1000,6 +1008,143 @@ static void c_qp_init_recv(void)
 	rdma_destroy_event_channel(sch);
 }
 
+/* own_qp makes an RC QP on id's device that the CM is not told of
+ * (id->qp stays NULL), with a CQ and a registered buffer of two halves;
+ * one receive is posted into the second half once it is in INIT. */
+struct own {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	char buf[2][64];
+};
+
+static void own_qp(struct rdma_cm_id *id, struct own *o)
+{
+	CHECK(id->verbs, "the id has no device");
+	o->pd = ibv_alloc_pd(id->verbs);
+	CHECK(o->pd, "ibv_alloc_pd: %s", strerror(errno));
+	o->cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	CHECK(o->cq, "ibv_create_cq: %s", strerror(errno));
+	struct ibv_qp_init_attr ia = {.send_cq = o->cq, .recv_cq = o->cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	o->qp = ibv_create_qp(o->pd, &ia);
+	CHECK(o->qp, "ibv_create_qp: %s", strerror(errno));
+	o->mr = ibv_reg_mr(o->pd, o->buf, sizeof(o->buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(o->mr, "ibv_reg_mr: %s", strerror(errno));
+}
+
+/* move takes o's QP to state as rdma_init_qp_attr says, and returns the
+ * attributes it used. */
+static struct ibv_qp_attr move(struct rdma_cm_id *id, struct own *o, enum ibv_qp_state state, const char *who)
+{
+	struct ibv_qp_attr a = {.qp_state = state};
+	int mask = 0;
+	ZERO(rdma_init_qp_attr(id, &a, &mask));
+	CHECK(a.qp_state == state && (mask & IBV_QP_STATE), "%s: rdma_init_qp_attr(%d): state %d, mask %#x", who, state,
+	      a.qp_state, mask);
+	int err = ibv_modify_qp(o->qp, &a, mask);
+	CHECK(!err, "%s: ibv_modify_qp to %d with rdma_init_qp_attr's mask %#x: %s", who, state, mask, strerror(err));
+	if (state == IBV_QPS_INIT) {
+		struct ibv_sge sge = {.addr = (uintptr_t)o->buf[1], .length = 64, .lkey = o->mr->lkey};
+		struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
+		ZERO(ibv_post_recv(o->qp, &rwr, &bad));
+	}
+	return a;
+}
+
+static void own_send(struct own *o, const char *msg)
+{
+	snprintf(o->buf[0], 64, "%s", msg);
+	struct ibv_sge sge = {.addr = (uintptr_t)o->buf[0], .length = 32, .lkey = o->mr->lkey};
+	struct ibv_send_wr w = {.wr_id = 2, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				.send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	ZERO(ibv_post_send(o->qp, &w, &bad));
+}
+
+/* own_wait takes o's two completions (its SEND and its receive, in either
+ * order) and checks what arrived. */
+static void own_wait(struct own *o, const char *want, const char *who)
+{
+	int send = 0, recv = 0;
+	for (int i = 0; i < 2; i++) {
+		struct ibv_wc wc;
+		poll1(o->cq, &wc, who);
+		send += wc.opcode == IBV_WC_SEND;
+		recv += wc.opcode == IBV_WC_RECV;
+	}
+	CHECK(send == 1 && recv == 1, "%s: %d sends, %d receives completed", who, send, recv);
+	CHECK(!strcmp(o->buf[1], want), "%s received %.32s, want %s", who, o->buf[1], want);
+}
+
+static void own_free(struct own *o)
+{
+	if (o->qp)
+		ibv_destroy_qp(o->qp);
+	if (o->mr)
+		ibv_dereg_mr(o->mr);
+	if (o->cq)
+		ibv_destroy_cq(o->cq);
+	if (o->pd)
+		ibv_dealloc_pd(o->pd);
+}
+
+static void c_manual_qp(void)
+{
+	struct rdma_event_channel *cch = chan(), *sch = chan();
+	struct rdma_cm_id *l = listener(sch, port(17));
+	struct rdma_cm_id *cli = routed(cch, port(17), NULL), *srv;
+	static struct own co, so;
+	memset(&co, 0, sizeof(co));
+	memset(&so, 0, sizeof(so));
+	own_qp(cli, &co);
+	move(cli, &co, IBV_QPS_INIT, "client");
+	struct rdma_conn_param cp = {.qp_num = co.qp->qp_num, .responder_resources = 1, .initiator_depth = 1,
+				     .retry_count = 7, .rnr_retry_count = 7};
+	ZERO(rdma_connect(cli, &cp));
+	srv = request(sch, l, NULL, NULL);
+	own_qp(srv, &so);
+	move(srv, &so, IBV_QPS_INIT, "server");
+	struct ibv_qp_attr rtr = move(srv, &so, IBV_QPS_RTR, "server");
+	CHECK(rtr.dest_qp_num == co.qp->qp_num, "server: RTR dest_qp_num %u, want the client's %u", rtr.dest_qp_num,
+	      co.qp->qp_num);
+	move(srv, &so, IBV_QPS_RTS, "server");
+	static const char hello[] = "the server's own QP";
+	struct rdma_conn_param sp = {.qp_num = so.qp->qp_num, .responder_resources = 1, .initiator_depth = 1,
+				     .retry_count = 7, .rnr_retry_count = 7, .private_data = hello,
+				     .private_data_len = sizeof(hello)};
+	ZERO(rdma_accept(srv, &sp));
+	struct rdma_cm_event *ev = expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, cli, TMO);
+	CHECK(ev->param.conn.private_data && !memcmp(ev->param.conn.private_data, hello, sizeof(hello)),
+	      "CONNECT_RESPONSE without the REP's private data");
+	ZERO(rdma_ack_cm_event(ev));
+	rtr = move(cli, &co, IBV_QPS_RTR, "client");
+	CHECK(rtr.dest_qp_num == so.qp->qp_num, "client: RTR dest_qp_num %u, want the server's %u", rtr.dest_qp_num,
+	      so.qp->qp_num);
+	move(cli, &co, IBV_QPS_RTS, "client");
+	ZERO(rdma_establish(cli));
+	expect_ack(sch, RDMA_CM_EVENT_ESTABLISHED, srv, TMO);
+	own_send(&co, "from the client's own QP");
+	own_send(&so, "from the server's own QP");
+	own_wait(&co, "from the server's own QP", "client");
+	own_wait(&so, "from the client's own QP", "server");
+	disconnected(cch, sch, cli, srv);
+	struct ibv_qp_attr at;
+	struct ibv_qp_init_attr ia;
+	ZERO(ibv_query_qp(co.qp, &at, IBV_QP_STATE, &ia));
+	CHECK(at.qp_state == IBV_QPS_RTS, "client: the disconnect moved the program's QP to %d", at.qp_state);
+	ZERO(ibv_query_qp(so.qp, &at, IBV_QP_STATE, &ia));
+	CHECK(at.qp_state == IBV_QPS_RTS, "server: the disconnect moved the program's QP to %d", at.qp_state);
+	rdma_destroy_id(cli);
+	rdma_destroy_id(srv);
+	own_free(&co);
+	own_free(&so);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(sch);
+}
+
 /* child: connect to the server's port (or, server, take one connect
  * request on it) and wait to be killed. */
 static int child(int p, int server)
@@ -1177,6 +1322,7 @@ int main(int argc, char **argv)
 	run("options", c_options);
 	run("bind_port0", c_bind_port0);
 	run("qp_init_recv", c_qp_init_recv);
+	run("manual_qp", c_manual_qp);
 	run("killed", c_killed);
 	run("killed_server", c_killed_server);
 	printf("%d ok, %d failed, %d skipped\n", nok, nfail, nskip);

@@ -401,8 +401,11 @@ func accessOf(f uint32) mem.Access {
 
 // pathAV is the address vector of the path the CM agreed: the GIDs are the
 // IP addresses; the SGID index is our address's.
-func (a *Agent) pathAV(at *cm.QPAttr) (transport.AddressVector, error) {
-	p := &at.Path
+func (a *Agent) pathAV(at *cm.QPAttr) (transport.AddressVector, error) { return a.PathAV(&at.Path) }
+
+// PathAV is the address vector of path p seen from this side, as the CM
+// gives it a QP at RTR (rdma_init_qp_attr's ah_attr).
+func (a *Agent) PathAV(p *mad.Path) (transport.AddressVector, error) {
 	idx, ok := a.dev.GIDs().Index(gid.GID(p.LocalGID))
 	if !ok {
 		return transport.AddressVector{}, fmt.Errorf("%w: path source %v is not ours", ErrAddr, cm.AddrFromGID(p.LocalGID))

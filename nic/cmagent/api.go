@@ -57,6 +57,22 @@ type ConnParams struct {
 	RetryCount  uint8 // retry_count, 0-7
 	RNRRetry    uint8 // rnr_retry_count, 0-7 (7: infinite)
 	PrivateData []byte
+	// Manual: the consumer moves the QP itself (rdma_cm with no QP on the
+	// id): the agent never modifies it; Connect's REP comes as
+	// CONNECT_RESPONSE and Establish sends the RTU; Accept expects the
+	// QP in RTS already. PSN is then our starting PSN (what the consumer
+	// gave the QP as rq_psn); otherwise the agent picks one.
+	Manual bool
+	PSN    uint32
+}
+
+// psn is the starting PSN for p: the consumer's when it moves the QP, else
+// a random one as rdma_cm's.
+func (p *ConnParams) psn() uint32 {
+	if p.Manual {
+		return p.PSN & 0xFFFFFF
+	}
+	return rand.Uint32() & 0xFFFFFF
 }
 
 // Connect sends a REQ for qp (RC or UC, in RESET or INIT) to the rdma_cm
@@ -69,7 +85,7 @@ type ConnParams struct {
 // port, rdma_resolve_addr), for at most Config.ResolveTimeout or until ctx
 // ends: ErrUnresolved if it does not answer.
 func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP, p ConnParams, h Handler) (uint32, error) {
-	typ, err := qpService(qp)
+	typ, err := qpService(qp, p.Manual)
 	if err != nil {
 		return 0, err
 	}
@@ -86,9 +102,9 @@ func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP
 	}
 	cp := cm.ConnectParams{
 		Src: netip.AddrPortFrom(from, sport), Dst: netip.AddrPortFrom(to, dst.Port()), QPType: typ,
-		QPN: qp.QPN(), PSN: rand.Uint32() & 0xFFFFFF, RespRes: p.RespRes, InitDepth: p.InitDepth,
+		QPN: qp.QPN(), PSN: p.psn(), RespRes: p.RespRes, InitDepth: p.InitDepth,
 		RetryCount: p.RetryCount, RNRRetry: p.RNRRetry, PathMTU: uint8(a.dev.ActiveMTU()),
-		SRQ: qp.Engine().SRQ() != nil, PrivateData: p.PrivateData,
+		SRQ: qp.Engine().SRQ() != nil, PrivateData: p.PrivateData, Manual: p.Manual,
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -213,13 +229,13 @@ func (a *Agent) source(src, to netip.Addr) (netip.Addr, error) {
 }
 
 // qpService is the REQ transport service type of qp, which must be RC or
-// UC and not yet past INIT.
-func qpService(qp *nic.QP) (uint8, error) {
+// UC and, unless its consumer moves it (manual), not yet past INIT.
+func qpService(qp *nic.QP, manual bool) (uint8, error) {
 	if qp == nil {
 		return 0, fmt.Errorf("%w: no QP", transport.ErrInvalid)
 	}
 	in := qp.Info()
-	if in.State != transport.StateReset && in.State != transport.StateInit {
+	if !manual && in.State != transport.StateReset && in.State != transport.StateInit {
 		return 0, fmt.Errorf("%w: QP %#x is %v, not RESET or INIT", transport.ErrState, qp.QPN(), in.State)
 	}
 	switch in.Type {
@@ -235,11 +251,11 @@ func qpService(qp *nic.QP) (uint8, error) {
 // which goes to INIT, RTR and RTS first; h (nil: the listener's) gets the
 // connection's events from now on.
 func (a *Agent) Accept(id uint32, qp *nic.QP, p ConnParams, h Handler) error {
-	if _, err := qpService(qp); err != nil {
+	if _, err := qpService(qp, p.Manual); err != nil {
 		return err
 	}
-	ap := cm.AcceptParams{QPN: qp.QPN(), PSN: rand.Uint32() & 0xFFFFFF, RespRes: p.RespRes, InitDepth: p.InitDepth,
-		RNRRetry: p.RNRRetry, SRQ: qp.Engine().SRQ() != nil, PrivateData: p.PrivateData}
+	ap := cm.AcceptParams{QPN: qp.QPN(), PSN: p.psn(), RespRes: p.RespRes, InitDepth: p.InitDepth,
+		RNRRetry: p.RNRRetry, SRQ: qp.Engine().SRQ() != nil, PrivateData: p.PrivateData, Manual: p.Manual}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -255,6 +271,12 @@ func (a *Agent) Accept(id uint32, qp *nic.QP, p ConnParams, h Handler) error {
 	a.flush()
 	a.poke()
 	return nil
+}
+
+// Establish sends the RTU of Manual connection id after its
+// CONNECT_RESPONSE, once the consumer has its QP in RTS (rdma_establish).
+func (a *Agent) Establish(id uint32) error {
+	return a.call(id, func(out *cm.Output) error { return a.tab.Establish(id, out) })
 }
 
 // Reject refuses connect request id as rdma_reject does: REJ reason 28

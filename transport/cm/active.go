@@ -27,6 +27,10 @@ type ConnectParams struct {
 	FlowLabel    uint32 // 0: RoCEFlowLabel(Src.Port, Dst.Port)
 	SRQ          bool
 	PrivateData  []byte // at most REQUserPrivateLen, after the cma_hdr
+	// Manual: the consumer moves its QP itself (rdma_cm with no QP on the
+	// id): no QPModify, and the REP is EventConnectResponse, whose RTU
+	// waits for Establish.
+	Manual bool
 }
 
 // Connect sends a REQ for p (IBA 12.9.6.1; cma.c cma_connect_ib) and
@@ -81,7 +85,7 @@ func (t *Table) Connect(p ConnectParams, out *Output) (uint32, error) {
 		ID: c.ID, Active: true, Peer: p.Dst.Addr().Unmap(), ServiceID: p.ServiceID,
 		TID: t.formTID(c.ID), QPType: p.QPType, QPN: req.LocalQPN, PSN: req.StartingPSN, Path: path,
 		PathMTU: p.PathMTU, RespRes: p.RespRes, InitDepth: p.InitDepth, RetryCount: req.RetryCount,
-		RNRRetry: req.RNRRetryCount, Timeout: path.LocalACKTimeout, SRQ: p.SRQ,
+		RNRRetry: req.RNRRetryCount, Timeout: path.LocalACKTimeout, SRQ: p.SRQ, Manual: p.Manual,
 		responseTimeout: 2*kernelMs(t.cfg.PacketLifeTime) + kernelMs(t.cfg.CMResponseTimeout),
 		maxRetries:      t.cfg.MaxCMRetries,
 	}
@@ -98,6 +102,7 @@ func (t *Table) Connect(p ConnectParams, out *Output) (uint32, error) {
 //   - DREQ received: the DREP, then timewait;
 //   - our REQ unanswered: REJ "timeout" with our CA GUID, forgotten;
 //   - our REP unanswered: QP to error, REJ "consumer defined", forgotten;
+//   - a REP not yet established (Manual): REJ "consumer defined", forgotten;
 //   - a request not yet accepted: REJ "consumer defined", forgotten;
 //   - a SIDR request not yet answered: SIDR_REP "rejected" (cm_destroy_id
 //     in IB_CM_SIDR_REQ_RCVD), so the peer stops retrying at once;
@@ -128,6 +133,11 @@ func (t *Table) Disconnect(id uint32, priv []byte, out *Output) error {
 		copy(rej.ARI[:], guidARI(t.cfg.LocalCAGUID))
 		t.sendConn(out, c, c.TID, rej, false)
 		t.free(c)
+	case StateREPRcvd:
+		// a manual consumer's REP it never established (cm.c: REJ in REP_RCVD)
+		t.sendConn(out, c, c.TID, &mad.REJ{LocalCommID: c.ID, RemoteCommID: c.RemoteID,
+			MessageRejected: mad.MsgREP, Reason: mad.RejConsumerDefined}, false)
+		t.free(c)
 	case StateREPSent, StateMRAREPRcvd:
 		c.qpError(out)
 		t.sendConn(out, c, c.TID, &mad.REJ{LocalCommID: c.ID, RemoteCommID: c.RemoteID,
@@ -150,4 +160,20 @@ func (t *Table) sendDREQ(c *Conn, priv []byte, now time.Time, out *Output) {
 	t.sendConn(out, c, t.formTID(c.ID), dreq, true)
 	t.setState(c, StateDREQSent)
 	t.awaitAnswer(c, now)
+}
+
+// Establish sends the RTU of a Manual connection whose REP came
+// (EventConnectResponse), once the consumer has its QP in RTS
+// (rdma_establish; cma.c cma_rep_recv without a QP): it is established.
+func (t *Table) Establish(id uint32, out *Output) error {
+	c, ok := t.conns[id]
+	if !ok {
+		return ErrNoConn
+	}
+	if !c.Manual || c.State != StateREPRcvd {
+		return ErrState
+	}
+	t.sendConn(out, c, c.TID, &mad.RTU{LocalCommID: c.ID, RemoteCommID: c.RemoteID}, true)
+	t.setState(c, StateEstablished)
+	return nil
 }

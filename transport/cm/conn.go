@@ -78,6 +78,7 @@ type Conn struct {
 	RNRRetry   uint8 // our QP's RNR retry
 	Timeout    uint8 // our QP's Local ACK Timeout exponent
 	SRQ        bool
+	Manual     bool // the consumer moves its QP (ConnectParams.Manual, AcceptParams.Manual)
 
 	responseTimeout time.Duration // how long the peer may take to answer (kernel timeout_ms)
 	maxRetries      uint8         // retransmissions allowed (REQ's Max CM Retries)
@@ -102,6 +103,9 @@ type Conn struct {
 // first RDMA READ the REQ's; a kernel peer NAKs (PSN sequence error) a QP
 // set up the IBA way.
 func (c *Conn) qpTransitions(out *Output) {
+	if c.Manual {
+		return
+	}
 	attr := QPAttr{
 		AccessFlags: AccessRemoteWrite,
 		DestQPN:     c.RemoteQPN, RQPSN: c.PSN, SQPSN: c.RemotePSN, PathMTU: c.PathMTU, Path: c.Path,
@@ -118,6 +122,9 @@ func (c *Conn) qpTransitions(out *Output) {
 }
 
 func (c *Conn) qpError(out *Output) {
+	if c.Manual {
+		return // the consumer's QP, the consumer's move (rdma_cm without a QP on the id)
+	}
 	out.Modify = append(out.Modify, QPModify{ID: c.ID, QPN: c.QPN, State: QPStateErr})
 }
 
@@ -258,10 +265,15 @@ func (t *Table) onMRA(c *Conn, m *mad.MRA, now time.Time) {
 
 // onREP: the active side's answer (IBA 12.9.6.2): QP to RTR and RTS with the
 // peer's QPN and PSN, RTU, established. A REP again after that is answered
-// with the RTU again (cm.c cm_dup_rep_handler).
+// with the RTU again (cm.c cm_dup_rep_handler). A Manual connection stops
+// in REP_RCVD with EventConnectResponse: the consumer moves its QP and
+// calls Establish; a REP again meanwhile is dropped, as cm.c drops it.
 func (t *Table) onREP(c *Conn, m *mad.REP, from netip.Addr, tid uint64, out *Output) {
 	switch c.State {
 	case StateREQSent, StateMRAREQRcvd:
+	case StateREPRcvd:
+		t.counters.DupREP++
+		return
 	case StateEstablished:
 		if m.LocalCommID == c.RemoteID {
 			t.counters.DupREP++
@@ -292,6 +304,10 @@ func (t *Table) onREP(c *Conn, m *mad.REP, from netip.Addr, tid uint64, out *Out
 	t.indexRemote(c)
 	t.disarm(c)
 	t.setState(c, StateREPRcvd)
+	if c.Manual {
+		out.Events = append(out.Events, Event{Kind: EventConnectResponse, ID: c.ID, PrivateData: clonePriv(m.PrivateData[:])})
+		return
+	}
 	c.qpTransitions(out)
 	t.sendConn(out, c, c.TID, &mad.RTU{LocalCommID: c.ID, RemoteCommID: c.RemoteID}, true)
 	t.setState(c, StateEstablished)
@@ -319,7 +335,7 @@ func (t *Table) establishPassive(c *Conn, out *Output, priv []byte) {
 // any other returns the connection to idle.
 func (t *Table) onREJ(c *Conn, m *mad.REJ, now time.Time, out *Output) {
 	switch c.State {
-	case StateREQSent, StateMRAREQRcvd, StateREPSent, StateMRAREPRcvd, StateREQRcvd, StateMRAREQSent:
+	case StateREQSent, StateMRAREQRcvd, StateREPSent, StateMRAREPRcvd, StateREQRcvd, StateMRAREQSent, StateREPRcvd:
 	case StateEstablished, StateDREQSent, StateDREQRcvd:
 	default:
 		t.counters.Dropped++

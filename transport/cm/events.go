@@ -91,18 +91,19 @@ type QPModify struct {
 type EventKind uint8
 
 const (
-	EventConnectRequest EventKind = iota + 1 // a REQ for a listener: Accept or Reject it
-	EventEstablished                         // REP (active) or RTU (passive) done
-	EventRejected                            // the peer sent REJ: Reason, ARI, PrivateData
-	EventUnreachable                         // retries exhausted, or a request left unanswered
-	EventDisconnected                        // DREQ received, or our DREQ answered or timed out
-	EventTimewaitExit                        // the QPN and comm ID may be used again
-	EventSIDRRequest                         // a SIDR_REQ for a listener: AnswerSIDR it
-	EventSIDRResolved                        // SIDR_REP: SIDR has the answer
+	EventConnectRequest  EventKind = iota + 1 // a REQ for a listener: Accept or Reject it
+	EventEstablished                          // REP (active) or RTU (passive) done
+	EventRejected                             // the peer sent REJ: Reason, ARI, PrivateData
+	EventUnreachable                          // retries exhausted, or a request left unanswered
+	EventDisconnected                         // DREQ received, or our DREQ answered or timed out
+	EventTimewaitExit                         // the QPN and comm ID may be used again
+	EventSIDRRequest                          // a SIDR_REQ for a listener: AnswerSIDR it
+	EventSIDRResolved                         // SIDR_REP: SIDR has the answer
+	EventConnectResponse                      // REP of a Manual connection: move the QP, then Establish
 )
 
 var eventNames = [...]string{"", "CONNECT_REQUEST", "ESTABLISHED", "REJECTED", "UNREACHABLE",
-	"DISCONNECTED", "TIMEWAIT_EXIT", "SIDR_REQUEST", "SIDR_RESOLVED"}
+	"DISCONNECTED", "TIMEWAIT_EXIT", "SIDR_REQUEST", "SIDR_RESOLVED", "CONNECT_RESPONSE"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -150,12 +151,13 @@ type SIDRAnswer struct {
 // rdma_cm's event numbers (include/rdma/rdma_cm.h enum rdma_cm_event_type,
 // the same in librdmacm's rdma_cma.h), for consumers that speak librdmacm.
 const (
-	RDMACMEventConnectRequest = 4
-	RDMACMEventUnreachable    = 7
-	RDMACMEventRejected       = 8
-	RDMACMEventEstablished    = 9
-	RDMACMEventDisconnected   = 10
-	RDMACMEventTimewaitExit   = 15
+	RDMACMEventConnectRequest  = 4
+	RDMACMEventConnectResponse = 5
+	RDMACMEventUnreachable     = 7
+	RDMACMEventRejected        = 8
+	RDMACMEventEstablished     = 9
+	RDMACMEventDisconnected    = 10
+	RDMACMEventTimewaitExit    = 15
 )
 
 // etimedout is Linux's ETIMEDOUT, the status rdma_cm gives an unreachable
@@ -170,6 +172,8 @@ func (e Event) RDMACMEvent() (event, status int) {
 	switch e.Kind {
 	case EventConnectRequest, EventSIDRRequest:
 		return RDMACMEventConnectRequest, 0
+	case EventConnectResponse:
+		return RDMACMEventConnectResponse, 0
 	case EventEstablished:
 		return RDMACMEventEstablished, 0
 	case EventRejected:

@@ -144,6 +144,7 @@ type AcceptParams struct {
 	RNRRetry    uint8  // how often the peer retries our RNR NAKs, 0-7
 	SRQ         bool
 	PrivateData []byte // at most REPPrivateLen
+	Manual      bool   // the consumer has moved its QP to RTS itself: no QPModify
 }
 
 // Accept answers connect request id with a REP (IBA 12.9.6.1): the QP goes
@@ -166,7 +167,7 @@ func (t *Table) Accept(id uint32, p AcceptParams, out *Output) error {
 	if t.qpInUse(rep.LocalQPN, c.ID) {
 		return fmt.Errorf("%w: QPN %#x", ErrQPInUse, rep.LocalQPN)
 	}
-	c.QPN, c.PSN, c.SRQ = rep.LocalQPN, rep.StartingPSN, p.SRQ
+	c.QPN, c.PSN, c.SRQ, c.Manual = rep.LocalQPN, rep.StartingPSN, p.SRQ, p.Manual
 	c.RespRes, c.InitDepth = min(c.RespRes, p.RespRes), min(c.InitDepth, p.InitDepth)
 	rep.ResponderResources, rep.InitiatorDepth = c.RespRes, c.InitDepth
 	c.qpTransitions(out)

@@ -87,7 +87,8 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 	switch op {
 	case verbsock.OpCMListen, verbsock.OpCMUnlisten, verbsock.OpCMConnect, verbsock.OpCMAccept,
 		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy, verbsock.OpCMResolveUD, verbsock.OpCMAcceptUD,
-		verbsock.OpCMResolveAddr, verbsock.OpCMCloseChannel, verbsock.OpCMMigrate, verbsock.OpCMResolveAddrAsync:
+		verbsock.OpCMResolveAddr, verbsock.OpCMCloseChannel, verbsock.OpCMMigrate, verbsock.OpCMResolveAddrAsync,
+		verbsock.OpCMEstablish:
 	default:
 		return nil, false, nil
 	}
@@ -126,6 +127,10 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 		resp, err = &verbsock.Empty{}, c.cmChannelClose(req.(*verbsock.HandleReq).Handle)
 	case verbsock.OpCMMigrate:
 		resp, err = &verbsock.Empty{}, c.cmMigrate(req.(*verbsock.CMMigrateReq))
+	case verbsock.OpCMEstablish:
+		resp, err = &verbsock.Empty{}, c.cmWithConn(req.(*verbsock.HandleReq).Handle, func(k *cmConn) error {
+			return a.Establish(k.id)
+		})
 	case verbsock.OpCMResolveAddrAsync:
 		resp, err = &verbsock.Empty{}, c.cmResolveAddrAsync(a, req.(*verbsock.CMResolveAddrAsyncReq))
 	}
@@ -252,12 +257,12 @@ func (c *conn) cmConnEvent(cn *cmConn, e cmagent.Event) bool {
 	if k.gone || !c.ready.Load() {
 		return true
 	}
-	c.cmSend(cn.ch, cmEventMsg(cn, e))
+	c.cmSend(cn.ch, cmEventMsg(c.s.cfg.CM, cn, e))
 	return true
 }
 
 // cmEventMsg is e as the client sees it.
-func cmEventMsg(cn *cmConn, e cmagent.Event) verbsock.CMEventMsg {
+func cmEventMsg(a *cmagent.Agent, cn *cmConn, e cmagent.Event) verbsock.CMEventMsg {
 	typ, status := e.RDMACMEvent()
 	m := verbsock.CMEventMsg{Type: verbsock.CMEventType(typ), Status: int32(status), Context: cn.ctx, Conn: cn.handle,
 		Peer: cn.peer.Addr().As16(), PeerPort: cn.peer.Port(), Local: cn.local.Addr().As16(), LocalPort: cn.local.Port()}
@@ -278,6 +283,14 @@ func cmEventMsg(cn *cmConn, e cmagent.Event) verbsock.CMEventMsg {
 		m.RemoteQPN, m.RespRes, m.InitDepth, m.RetryCount, m.RNRRetry, m.PathMTU = k.RemoteQPN, k.RespRes, k.InitDepth,
 			k.RetryCount, k.RNRRetry, k.PathMTU
 		m.SRQ = b2u8(k.SRQ)
+	}
+	if k := e.Conn; k.ID != 0 && !cn.ud {
+		// what rdma_init_qp_attr gives a QP at RTR and RTS (ib_cm's
+		// PSN convention: ours is the one we receive)
+		m.Timeout, m.RQPSN, m.SQPSN = k.Timeout, k.PSN, k.RemotePSN
+		if av, err := a.PathAV(&k.Path); err == nil {
+			m.AH = verbsock.AVToWire(&av)
+		}
 	}
 	m.PrivateLen = uint8(copy(m.Private[:], e.PrivateData))
 	return m
@@ -359,6 +372,9 @@ func cmResolveAddr(a *cmagent.Agent, r *verbsock.CMResolveAddrReq) (any, error) 
 // checkDepths refuses RDMA READ and atomic depths past the device's, as
 // librdmacm's ucma_valid_param does: the QP could not take them at RTR/RTS.
 func (c *conn) checkDepths(w *verbsock.CMConnParams) error {
+	if w.Flags&^verbsock.CMManualQP != 0 {
+		return errf(syscall.EINVAL, "rdma_cm connection flags %#x", w.Flags)
+	}
 	a := c.s.dev.Attr()
 	if int(w.RespRes) > a.MaxQPRdAtom || int(w.InitDepth) > a.MaxQPInitRdAtom {
 		return errf(syscall.EINVAL, "responder_resources %d, initiator_depth %d: the device takes at most %d and %d",
@@ -369,7 +385,8 @@ func (c *conn) checkDepths(w *verbsock.CMConnParams) error {
 
 func connParams(w *verbsock.CMConnParams, maxPriv int) cmagent.ConnParams {
 	return cmagent.ConnParams{RespRes: w.RespRes, InitDepth: w.InitDepth, RetryCount: w.RetryCount, RNRRetry: w.RNRRetry,
-		PrivateData: w.PrivateData[:min(int(w.PrivateLen), maxPriv, len(w.PrivateData))]}
+		PrivateData: w.PrivateData[:min(int(w.PrivateLen), maxPriv, len(w.PrivateData))],
+		Manual:      w.Flags&verbsock.CMManualQP != 0, PSN: w.PSN}
 }
 
 func (c *conn) cmAccept(a *cmagent.Agent, r *verbsock.CMAcceptReq) error {

@@ -53,6 +53,7 @@ func Generate() []byte {
 		{Name: "FLAG_REPLY", Value: int(verbsock.FlagReply)}, {Name: "FLAG_EVENT", Value: int(verbsock.FlagEvent)},
 		{Name: "CQ_WITH_EVENTS", Value: int(verbsock.CQWithEvents)}, {Name: "EVENT_LOST", Value: int(verbsock.EventLost)},
 		{Name: "PORT_SPACE_UDP", Value: verbsock.PortSpaceUDP}, {Name: "MAX_REG_MR_SEGS", Value: verbsock.MaxRegMRSegs},
+		{Name: "CM_MANUAL_QP", Value: verbsock.CMManualQP},
 	}
 	writeConsts(&b, consts)
 	var ops []ring.Const
