@@ -681,11 +681,15 @@ int cma_complete(struct cma_id *c, enum rdma_cm_event_type want)
 int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
 	struct cma_id *c = to_cma(id);
-	struct cma_channel *to = (struct cma_channel *)channel, *from = c->chan;
-	if (!to) {
-		errno = EINVAL; /* librdmacm makes a synchronous id here; not done */
-		return -1;
+	int sync = 0;
+	if (!channel) {
+		/* as librdmacm: the id becomes synchronous, on a channel of its own */
+		if (!(channel = rdma_create_event_channel()))
+			return -1;
+		((struct cma_channel *)channel)->internal = 1;
+		sync = 1;
 	}
+	struct cma_channel *to = (struct cma_channel *)channel, *from = c->chan;
 	/* the daemon sends the id's events to the new channel from now on */
 	int err = 0;
 	for (int d = 0; d < cma_ndevs && !err; d++) {
@@ -697,9 +701,12 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		}
 	}
 	if (err) {
+		if (sync)
+			rdma_destroy_event_channel(channel);
 		errno = err;
 		return -1;
 	}
+	pump(from); /* what the daemon wrote to the old channel before it moved */
 	/* the queued events of the id move with it, in order */
 	pthread_mutex_lock(&from->mu);
 	struct cma_event *moved = NULL, **tail = &moved, **pp = &from->head, *prev = NULL;
@@ -726,11 +733,11 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	pthread_mutex_lock(&cma_mu);
 	c->chan = to;
 	id->channel = channel;
-	c->sync = 0;
-	if (c->own_chan) {
-		c->own_chan = 0;
+	c->sync = sync;
+	int drop_old = c->own_chan;
+	c->own_chan = sync;
+	if (drop_old)
 		rdma_destroy_event_channel(&from->ch);
-	}
 	pthread_mutex_unlock(&cma_mu);
 	uint32_t h;
 	if (c->dev >= 0)

@@ -28,7 +28,9 @@
  *  migrate        rdma_migrate_id moves an id with its queued event to
  *                 another channel (the old one then has none), later events
  *                 go to the new one, and it waits until the id's events
- *                 taken from the old channel are acked;
+ *                 taken from the old channel are acked; to no channel the
+ *                 id becomes synchronous (rdma_resolve_addr returns with
+ *                 ADDR_RESOLVED in id->event);
  *  destroy_waits  rdma_destroy_id waits until the id's retrieved events are
  *                 acked (a thread acks after 400 ms); an id destroyed with an
  *                 event queued and not retrieved leaves nothing behind;
@@ -550,6 +552,17 @@ static void c_migrate(void)
 	ZERO(rdma_resolve_route(id2, 2000));
 	expect_ack(ch1, RDMA_CM_EVENT_ROUTE_RESOLVED, id2, TMO);
 	empty(ch2, "the channel id2 left");
+	/* to no channel: the id becomes synchronous (its calls return once
+	 * their event came, held in id->event) on a channel of its own */
+	struct rdma_cm_id *id3;
+	ZERO(rdma_create_id(ch1, &id3, NULL, RDMA_PS_TCP));
+	ZERO(rdma_migrate_id(id3, NULL));
+	CHECK(id3->channel && id3->channel != ch1, "after rdma_migrate_id(NULL) the id's channel is %p", (void *)id3->channel);
+	ZERO(rdma_resolve_addr(id3, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000));
+	CHECK(id3->event && id3->event->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "a synchronous rdma_resolve_addr returned with event %s", id3->event ? rdma_event_str(id3->event->event) : "none");
+	empty(ch1, "the channel the synchronous id left");
+	rdma_destroy_id(id3);
 	rdma_destroy_id(id);
 	rdma_destroy_id(id2);
 	rdma_destroy_event_channel(ch1);
