@@ -22,6 +22,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 	if psn.Before(ss.comp) || !psn.Before(ss.hi) {
 		return // a duplicate, or a response to nothing we sent
 	}
+	ss.respFrom = ss.comp
 	progress, lost := ss.completeBefore(s, psn, now)
 	if lost {
 		ss.settleResponse(s, now, progress, false)
@@ -150,6 +151,7 @@ func (ss *sendSide) seqNAK(s *qpSnap, w *swqe, psn wire.PSN, now time.Time, adva
 	}
 	ss.retryLeft--
 	q.inc(CompleterRetryErr)
+	ss.windowLoss()
 	ss.retry(psn)
 	ss.timerResponseRetry(s, now)
 	return true
@@ -204,12 +206,16 @@ func (ss *sendSide) readResponse(s *qpSnap, w *swqe, p *RxPacket, psn wire.PSN, 
 		return false
 	}
 	expected := w.firstPSN.Add(w.rcvd)
-	switch {
-	case psn != expected:
-		// A gap may be reordering as well as loss: resending on every gap
-		// would multiply traffic on a reordering path, so a missing response
-		// packet is left to a later response or the retransmit timer, as
-		// kernel rxe does.
+	if psn != expected {
+		// A gap in the responses is an implied NAK (IBA 9.7.5.1.3): ask
+		// again from the first missing PSN at once, once per gap, rather
+		// than wait for the retransmit timer as kernel rxe does.
+		if psn.After(expected) && !(ss.inRetry && ss.retryFrom == expected) {
+			ss.q.inc(CompleterRetryErr)
+			ss.windowLoss()
+			ss.retry(expected)
+			ss.timerResponseRetry(s, now)
+		}
 		return false
 	}
 	start := op == wire.RCRDMAReadResponseFirst || op == wire.RCRDMAReadResponseOnly
@@ -245,6 +251,7 @@ func (ss *sendSide) lostResponse(s *qpSnap, w *swqe, now time.Time) {
 		ss.comp = from
 	}
 	ss.q.inc(CompleterRetryErr)
+	ss.windowLoss()
 	ss.retry(from)
 	ss.timerResponseRetry(s, now)
 }
@@ -254,6 +261,11 @@ func (ss *sendSide) lostResponse(s *qpSnap, w *swqe, now time.Time) {
 // deadline out; with nothing outstanding the deadline stops.
 func (ss *sendSide) settleResponse(s *qpSnap, now time.Time, progress, rnr bool) {
 	if progress {
+		if n := ss.comp.Diff(ss.respFrom); n > 0 {
+			ss.windowAcked(n)
+		}
+		ss.rttAck(now)
+		ss.tlpProgress()
 		ss.retryLeft = s.attr.RetryCnt
 		if !rnr {
 			ss.rnrLeft = s.attr.RNRRetry
@@ -274,6 +286,8 @@ func (ss *sendSide) settleResponse(s *qpSnap, now time.Time, progress, rnr bool)
 			ss.net = ss.head
 		}
 		ss.timerAckProgress(s, now)
+	} else if !ss.tlpAt.IsZero() {
+		ss.tlpArm(now) // responses are coming: the path is alive, probing can wait
 	}
 	if !ss.outstanding() {
 		ss.timerNothingOutstanding()

@@ -27,6 +27,8 @@ const (
 	RcvdDropped                          // rcvd_dropped: packets dropped (bad Q_Key, no WQE on UD, UC gap, ...)
 	NAKsSent                             // naks_sent
 	ClosedQPAcks                         // closed_qp_acks: duplicates a destroyed QP acknowledged again (ClosedQP)
+	TLPProbes                            // tlp_probes: early retransmissions of the oldest unacknowledged packet (tlp.go)
+	TLPSpurious                          // tlp_spurious: probes answered past their PSN (the responder had the probed packet and later ones)
 	numCounters
 )
 
@@ -35,7 +37,7 @@ var counterNames = [numCounters]string{
 	"rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err", "send_err",
 	"retransmit_timeouts", "retransmitted_pkts", "local_ops_executed", "local_op_replays",
 	"mr_changed_under_unacked_wqe", "icrc_errors", "rcvd_dropped", "naks_sent",
-	"closed_qp_acks",
+	"closed_qp_acks", "tlp_probes", "tlp_spurious",
 }
 
 func (c Counter) String() string { return counterNames[c] }

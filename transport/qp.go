@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/transport/wire"
@@ -58,6 +59,8 @@ type QP struct {
 	// Published by the owners for Info; approximate by nature.
 	pubSendPSN, pubCompPSN, pubRecvPSN atomic.Uint32
 	pubOutstanding                     atomic.Int64
+	pubWindow                          atomic.Int32
+	pubSRTT                            atomic.Int64
 
 	snd sendSide // owned by the send goroutine
 	rcv recvSide // owned by the receive goroutine
@@ -232,10 +235,12 @@ type Info struct {
 	Type        QPType
 	State       QPState
 	DestQPN     uint32
-	SendPSN     uint32 // next PSN the requester assigns
-	CompPSN     uint32 // oldest unacknowledged PSN
-	RecvPSN     uint32 // PSN the responder expects
-	Outstanding int64  // send WQEs posted and not yet completed
+	SendPSN     uint32        // next PSN the requester assigns
+	CompPSN     uint32        // oldest unacknowledged PSN
+	RecvPSN     uint32        // PSN the responder expects
+	Outstanding int64         // send WQEs posted and not yet completed
+	Window      int32         // RC: PSNs that may be unacknowledged now (window.go)
+	SRTT        time.Duration // RC: the smoothed round trip (0: not measured yet; tlp.go)
 }
 
 // Info returns a summary; PSNs are what the owners last published.
@@ -244,7 +249,7 @@ func (q *QP) Info() Info {
 	return Info{
 		QPN: q.qpn, Type: q.typ, State: s.attr.State, DestQPN: s.attr.DestQPN,
 		SendPSN: q.pubSendPSN.Load(), CompPSN: q.pubCompPSN.Load(), RecvPSN: q.pubRecvPSN.Load(),
-		Outstanding: q.pubOutstanding.Load(),
+		Outstanding: q.pubOutstanding.Load(), Window: q.pubWindow.Load(), SRTT: time.Duration(q.pubSRTT.Load()),
 	}
 }
 

@@ -140,7 +140,7 @@ func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 			return false
 		}
 	}
-	if q.typ == QPTypeRC && ss.psn.Diff(ss.comp) >= maxUnackedPSNs {
+	if q.typ == QPTypeRC && ss.windowFull(ss.psn) {
 		return false
 	}
 	if st := ss.resolve(w); st != WCSuccess {
@@ -219,7 +219,7 @@ func (ss *sendSide) execLocal(w *swqe) WCStatus {
 func (ss *sendSide) sendNext(s *qpSnap, w *swqe) bool {
 	rc := ss.q.typ == QPTypeRC
 	psn, off, n := ss.nextPacket(s, w)
-	if rc && psn.Diff(ss.comp) >= maxUnackedPSNs {
+	if rc && ss.windowFull(psn) {
 		return false
 	}
 	if ss.probe && ss.probeSent {
@@ -367,6 +367,9 @@ func (ss *sendSide) rcSent(s *qpSnap, w *swqe, psn wire.PSN) {
 		end = w.firstPSN.Add(w.npsn)
 	}
 	wasIdle := !ss.outstanding()
+	if !psn.Before(ss.hi) && !ss.rttOn {
+		ss.rttStart(psn, ss.q.env.Clock.Now())
+	}
 	if end.After(ss.hi) {
 		ss.hi = end
 	}

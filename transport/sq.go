@@ -104,6 +104,28 @@ type sendSide struct {
 	probe, probeSent bool
 	probeEnd         wire.PSN // the PSN after those the probe asked for
 
+	// Early retransmission (tlp.go): the round trip (zero: not measured
+	// yet), the sample being timed, the probe deadline (zero: none), the
+	// probes since the last progress and the PSN the last one asked for.
+	srtt, rttvar time.Duration
+	rttOn        bool
+	rttPSN       wire.PSN
+	rttSent      time.Time
+	tlpAt        time.Time
+	tlpN         uint8
+	tlpOut       bool
+	tlpPSN       wire.PSN // the PSN the last probe asked for
+	tlpHi        wire.PSN // hi when it went: what was sent before it
+	tlpGoBack    bool     // packets sent before the answered probe are unacknowledged
+
+	// The send window (window.go): PSNs that may be unacknowledged (0:
+	// windowMax), what has been acknowledged toward its next step, and
+	// the loss episode being recovered (until comp reaches recoverAt).
+	cwnd, cwndAcc int32
+	recovering    bool
+	recoverAt     wire.PSN
+	respFrom      wire.PSN // comp when the response being handled came
+
 	stopIssue bool // an errored WQE is waiting for its in-order completion
 	drained   bool // SQ drained event sent for this SQD
 
@@ -198,6 +220,8 @@ func (ss *sendSide) reset() {
 	ss.timerStopAll()
 	ss.inRetry, ss.stopIssue, ss.drained = false, false, false
 	ss.probe, ss.probeSent = false, false
+	ss.srtt, ss.rttvar, ss.rttOn, ss.tlpN, ss.tlpOut, ss.tlpGoBack = 0, 0, false, 0, false, false
+	ss.cwnd, ss.cwndAcc, ss.recovering = 0, 0, false
 	ss.state = StateReset
 }
 
@@ -291,6 +315,8 @@ func (ss *sendSide) publish() {
 	q.pubSendPSN.Store(uint32(ss.psn))
 	q.pubCompPSN.Store(uint32(ss.comp))
 	q.pubOutstanding.Store(int64(ss.tail - ss.head))
+	q.pubWindow.Store(ss.window())
+	q.pubSRTT.Store(int64(ss.srtt))
 }
 
 func (ss *sendSide) releaseRefs(w *swqe) { w.refs = releaseRefs(w.refs) }

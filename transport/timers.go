@@ -23,6 +23,13 @@ import (
 //	timerRNRWait             an RNR NAK is taken                  stop the deadline, wake at the end of the RNR timer
 //	timerRNRWaitOver         the RNR timer ran out                resend from the NAKed PSN, deadline as after a timeout
 //	timerStopAll             reset or flush                       nothing runs
+//
+// The probe deadline (ss.tlpAt, tlp.go) follows the retransmit deadline:
+// every restart of the latter sets it a probe time ahead (backed off by
+// the probes since the last progress), provided that comes before the
+// retransmit deadline; whatever stops the latter stops it too.
+//
+//	timerProbeDue            the probe deadline passed            the oldest unacknowledged packet goes again; back off
 
 // outstanding reports whether sent PSNs wait for acknowledgement.
 func (ss *sendSide) outstanding() bool { return ss.comp != ss.hi }
@@ -36,18 +43,21 @@ func (ss *sendSide) runTimers(s *qpSnap, now time.Time) {
 	if !ss.deadline.IsZero() && !now.Before(ss.deadline) && ss.rnrWake.IsZero() {
 		ss.timerRetransmitTimeout(s)
 	}
+	if !ss.tlpAt.IsZero() && !now.Before(ss.tlpAt) && ss.rnrWake.IsZero() {
+		ss.timerProbeDue(s, now)
+	}
 }
 
 // nextWake is when the send side wants to run again for its timers (zero:
 // no timer runs).
 func (ss *sendSide) nextWake() time.Time {
-	switch {
-	case ss.rnrWake.IsZero():
-		return ss.deadline
-	case ss.deadline.IsZero() || ss.rnrWake.Before(ss.deadline):
-		return ss.rnrWake
+	at := ss.deadline
+	for _, t := range [...]time.Time{ss.rnrWake, ss.tlpAt} {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
 	}
-	return ss.deadline
+	return at
 }
 
 // timerPacketSent: an RC request packet was queued; wasIdle says nothing
@@ -76,7 +86,7 @@ func (ss *sendSide) timerBatchLeft() {
 func (ss *sendSide) timerAckProgress(s *qpSnap, now time.Time) { ss.restartDeadline(s, now) }
 
 // timerNothingOutstanding: every PSN sent is acknowledged; no deadline.
-func (ss *sendSide) timerNothingOutstanding() { ss.deadline = time.Time{} }
+func (ss *sendSide) timerNothingOutstanding() { ss.deadline, ss.tlpAt = time.Time{}, time.Time{} }
 
 // timerResponseRetry: a response (a PSN sequence NAK, or an ACK past a READ
 // or atomic whose response was lost) started a resend; the deadline runs
@@ -86,7 +96,7 @@ func (ss *sendSide) timerResponseRetry(s *qpSnap, now time.Time) { ss.restartDea
 // timerRetransmitTimeout: the deadline expired. It stops; when a
 // retransmission follows, it starts again once that has left.
 func (ss *sendSide) timerRetransmitTimeout(s *qpSnap) {
-	ss.deadline = time.Time{}
+	ss.deadline, ss.tlpAt = time.Time{}, time.Time{}
 	if ss.timeout() {
 		ss.armAtFlush = s
 	}
@@ -97,7 +107,7 @@ func (ss *sendSide) timerRetransmitTimeout(s *qpSnap) {
 func (ss *sendSide) timerRNRWait(now time.Time, wait time.Duration, psn wire.PSN) {
 	ss.rnrWake = now.Add(wait)
 	ss.rnrPSN = psn
-	ss.deadline = time.Time{}
+	ss.deadline, ss.tlpAt = time.Time{}, time.Time{}
 }
 
 // timerRNRWaitOver: the RNR timer ran out; resend from the NAKed PSN, with
@@ -110,7 +120,7 @@ func (ss *sendSide) timerRNRWaitOver(s *qpSnap) {
 
 // timerStopAll: the QP was reset or flushed; no timer runs.
 func (ss *sendSide) timerStopAll() {
-	ss.deadline, ss.rnrWake, ss.armAtFlush = time.Time{}, time.Time{}, nil
+	ss.deadline, ss.rnrWake, ss.armAtFlush, ss.tlpAt = time.Time{}, time.Time{}, nil, time.Time{}
 }
 
 // restartDeadline starts the retransmit deadline from now, or stops it when
@@ -118,7 +128,7 @@ func (ss *sendSide) timerStopAll() {
 // QP's timeout is 0 (infinite).
 func (ss *sendSide) restartDeadline(s *qpSnap, now time.Time) {
 	if ss.q.typ != QPTypeRC || !ss.outstanding() || !ss.rnrWake.IsZero() {
-		ss.deadline = time.Time{}
+		ss.deadline, ss.tlpAt = time.Time{}, time.Time{}
 		return
 	}
 	if d := LocalAckTimeout(s.attr.Timeout); d > 0 {
@@ -126,6 +136,7 @@ func (ss *sendSide) restartDeadline(s *qpSnap, now time.Time) {
 	} else {
 		ss.deadline = time.Time{}
 	}
+	ss.tlpArm(now)
 }
 
 // retry rewinds the network cursor to the WQE holding PSN from. WRITE and
@@ -133,6 +144,7 @@ func (ss *sendSide) restartDeadline(s *qpSnap, now time.Time) {
 // received, and local operations are skipped: they already ran.
 func (ss *sendSide) retry(from wire.PSN) {
 	ss.probe, ss.probeSent = false, false
+	ss.rttOn = false // Karn: no sample across a retransmission
 	ss.inRetry = true
 	ss.retryFrom = from
 	ss.noAck = 0
@@ -177,6 +189,7 @@ func (ss *sendSide) timeout() bool {
 	}
 	ss.retryLeft--
 	q.inc(CompleterRetryErr)
+	ss.windowTimeout()
 	ss.retry(ss.comp)
 	ss.probe = q.typ == QPTypeRC
 	return true
