@@ -73,7 +73,7 @@ func (o *output) send(pkts []transport.TxPacket) {
 		if d.isLocal(p.AV.DGID) {
 			continue
 		}
-		sc.pkts = append(sc.pkts, netstack.TxPacket{Buf: p.Buf, Offset: p.Headroom, Dest: &sc.dests[j]})
+		sc.pkts = append(sc.pkts, netstack.TxPacket{Buf: p.Buf, Offset: p.Headroom, Dest: &sc.dests[j], QPN: p.SrcQPN})
 		j++
 	}
 	if len(sc.pkts) > 0 {

@@ -121,3 +121,44 @@ type ListCMResp struct {
 	Next  uint32
 	Items [ListCMPage]CMEntry
 }
+
+// Fault injection (op impair, `vrnicctl impair`): what the daemon does to
+// the RoCEv2 frames it sends and receives, for testing a program's
+// recovery without netem. Any client may read it; only root and the
+// daemon's own user may set or end it. Probabilities are parts per
+// million.
+const (
+	ImpairQuery uint8 = iota // Action: report what is in force
+	ImpairSet                // replace it with the request's
+	ImpairOff                // end it
+)
+
+// Directions of an impairment.
+const (
+	ImpairBoth uint8 = iota
+	ImpairIn
+	ImpairOut
+)
+
+// ImpairParams is one impairment.
+type ImpairParams struct {
+	LossPPM, DupPPM, ReorderPPM, CorruptPPM uint32
+	DelayUS                                 uint32 // sent frames held back this long
+	QPN                                     uint32 // 0: every QP
+	Direction                               uint8  // ImpairBoth, ImpairIn, ImpairOut
+	_                                       [3]byte
+}
+
+// ImpairReq asks for Action with Params (ImpairSet only).
+type ImpairReq struct {
+	Action uint8
+	_      [3]byte
+	Params ImpairParams
+}
+
+// ImpairResp is what is in force after the request (Active 0: nothing).
+type ImpairResp struct {
+	Active uint8
+	_      [3]byte
+	Params ImpairParams
+}

@@ -326,6 +326,7 @@ var Specs = map[Op]OpSpec{
 	OpUnmapMem:    spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpRegMR:       spec(mk[RegMRReq](), mk[RegMRResp](), none, none),
 	OpRegMRSegs:   spec(mk[RegMRSegsReq](), mk[RegMRResp](), none, none),
+	OpImpair:      spec(mk[ImpairReq](), mk[ImpairResp](), none, none),
 	OpDeregMR:     spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpAllocMR:     spec(mk[AllocMRReq](), mk[RegMRResp](), none, none),
 	OpAllocMW:     spec(mk[AllocMWReq](), mk[AllocMWResp](), none, none),

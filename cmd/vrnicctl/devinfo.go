@@ -28,14 +28,19 @@ func openDevice(path string) (*verbs.Device, error) {
 // withDevice adds --socket to fs and makes the command's run: connect to
 // the daemon, run f on its device, disconnect.
 func withDevice(fs *flag.FlagSet, f func(d *verbs.Device, stdout io.Writer) error) runFunc {
+	return withDeviceArgs(fs, func(d *verbs.Device, _ []string, stdout io.Writer) error { return f(d, stdout) })
+}
+
+// withDeviceArgs is withDevice for a command with positional arguments.
+func withDeviceArgs(fs *flag.FlagSet, f func(d *verbs.Device, args []string, stdout io.Writer) error) runFunc {
 	sock := socketFlag(fs)
-	return func(_ []string, stdout, _ io.Writer) error {
+	return func(args []string, stdout, _ io.Writer) error {
 		d, err := openDevice(*sock)
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		return f(d, stdout)
+		return f(d, args, stdout)
 	}
 }
 
@@ -255,6 +260,11 @@ func devinfo(d *verbs.Device, w io.Writer) error {
 			p("\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, netip.AddrFrom16(g))
 		}
 		p("\n")
+	}
+	// Not in ibv_devinfo's layout: a port impaired on purpose says so
+	// (vrnicctl impair), so that it is not forgotten.
+	if im, on, err := d.Impairment(); err == nil && on {
+		p("\t%s\n", impairText(im, on))
 	}
 	return b.Flush()
 }

@@ -182,7 +182,7 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.cma = cmagent.New(d.dev, cmagent.Config{Log: d.log.With("device", cfg.Name, "role", "cm")})
 	undo = append(undo, d.cma.Close)
 	d.capG.set(cfg.SocketGID)
-	srv, err := newConnServer(d.dev, d.cma, d.portCounters, d.hub, d.capG.get, d.log, cfg)
+	srv, err := newConnServer(d.dev, d.cma, d.portCounters, d.hub, d.capG.get, d.st, d.log, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +280,8 @@ func (d *daemon) startMetrics(srv connServer) error {
 		return nil
 	}
 	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.portCounters,
-		Daemon: d.daemonCounters, Clients: srv.Clients, Objects: srv.Objects}, d.log)
+		Daemon: d.daemonCounters, Clients: srv.Clients, Objects: srv.Objects,
+		Impaired: func() bool { _, on := d.st.Impairment(); return on }}, d.log)
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,10 @@ type connServer interface {
 // the port's counters (netstack.Counters.Each) to the device's in
 // query_stats (icrc_errors is counted there), and QP1's (cm_rx_req, ...)
 // follow them; hub serves live capture to root, the daemon's user and
-// group captureGID(); c bounds what clients may hold and how they connect.
+// group captureGID(); im is the port's fault injection (vrnicctl impair);
+// c bounds what clients may hold and how they connect.
 func newConnServer(dev *nic.Device, cma *cmagent.Agent, port server.CounterFunc, hub *capture.Hub, captureGID func() int,
-	log *slog.Logger, c *Config) (connServer, error) {
+	im server.Impairer, log *slog.Logger, c *Config) (connServer, error) {
 	extra := func(yield func(string, uint64)) {
 		if port != nil {
 			port(yield)
@@ -41,7 +42,7 @@ func newConnServer(dev *nic.Device, cma *cmagent.Agent, port server.CounterFunc,
 	}
 	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(extra, hub), Capture: hub, CaptureGID: captureGID,
 		Limits: c.ConnLimits, UserLimits: c.UserLimits, MaxConns: c.MaxConns, MaxConnsPerUser: c.MaxConnsPerUser,
-		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs, CM: cma})
+		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs, CM: cma, Impair: im})
 }
 
 // sessions accepts client connections and tracks them so shutdown can close

@@ -37,6 +37,9 @@ type Source struct {
 	// Objects are what the clients hold, by kind (pd, cq, qp, srq, mr,
 	// mw, ah, mem; *_bytes in bytes); nil exports none.
 	Objects CounterFunc
+	// Impaired says whether faults are injected into the port's frames
+	// (vrnicctl impair); nil exports none.
+	Impaired func() bool
 }
 
 // Collector is a prometheus.Collector over a Source.
@@ -49,6 +52,7 @@ type Collector struct {
 	daemon    map[string]*prometheus.Desc
 	qps       *prometheus.Desc
 	portState *prometheus.Desc // ibv_port_state: 1 DOWN, 4 ACTIVE
+	impaired  *prometheus.Desc
 	activeMTU *prometheus.Desc
 	linkMTU   *prometheus.Desc
 	clients   *prometheus.Desc
@@ -94,6 +98,10 @@ func New(src Source) *Collector {
 		"The port's active MTU: the largest IBA MTU that fits the link's MTU.", nil, dl)
 	c.linkMTU = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", "link_mtu_bytes"),
 		"The link's (the interface's) MTU.", nil, dl)
+	if src.Impaired != nil {
+		c.impaired = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "port", "impaired"),
+			"1 while faults are injected into the port's RoCEv2 frames on purpose (vrnicctl impair; counted in vrnicd_port_impair_*_total).", nil, dl)
+	}
 	if src.Clients != nil {
 		c.clients = prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "clients"), "Connected client processes.", nil, dl)
 	}
@@ -136,6 +144,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.portState
 	ch <- c.activeMTU
 	ch <- c.linkMTU
+	if c.impaired != nil {
+		ch <- c.impaired
+	}
 	if c.clients != nil {
 		ch <- c.clients
 	}
@@ -184,6 +195,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.portState, prometheus.GaugeValue, float64(port.State))
 	ch <- prometheus.MustNewConstMetric(c.activeMTU, prometheus.GaugeValue, float64(port.ActiveMTU.Bytes()))
 	ch <- prometheus.MustNewConstMetric(c.linkMTU, prometheus.GaugeValue, float64(c.src.Device.LinkMTU()))
+	if c.impaired != nil {
+		v := 0.0
+		if c.src.Impaired() {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.impaired, prometheus.GaugeValue, v)
+	}
 	if c.clients != nil {
 		ch <- prometheus.MustNewConstMetric(c.clients, prometheus.GaugeValue, float64(c.src.Clients()))
 	}

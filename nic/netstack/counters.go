@@ -35,6 +35,13 @@ type Counters struct {
 	TxErrors        atomic.Uint64 // bad Send requests and link write errors
 	TxTooBig        atomic.Uint64 // packets larger than the link's MTU, dropped (also tx_errors)
 	TxLinkDown      atomic.Uint64 // packets dropped because the link was down
+
+	// Fault injection (impair.go), RoCEv2 frames in both directions.
+	ImpairDropped    atomic.Uint64
+	ImpairDuplicated atomic.Uint64
+	ImpairCorrupted  atomic.Uint64
+	ImpairReordered  atomic.Uint64
+	ImpairDelayed    atomic.Uint64
 }
 
 // Each calls f with every counter's name and value, in a fixed order (for
@@ -58,6 +65,9 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 		{"malformed", &c.Malformed}, {"not_for_us", &c.NotForUs},
 		{"fragments", &c.Fragments}, {"non_roce", &c.NonRoCE}, {"tx_errors", &c.TxErrors},
 		{"tx_too_big", &c.TxTooBig}, {"tx_link_down", &c.TxLinkDown},
+		{"impair_dropped", &c.ImpairDropped}, {"impair_duplicated", &c.ImpairDuplicated},
+		{"impair_corrupted", &c.ImpairCorrupted}, {"impair_reordered", &c.ImpairReordered},
+		{"impair_delayed", &c.ImpairDelayed},
 	} {
 		f(x.n, x.v.Load())
 	}

@@ -27,6 +27,8 @@ type RxPacket struct {
 	TrafficClass uint8
 	HopLimit     uint8
 	FlowLabel    uint32
+
+	dup bool // an impairment duplicates it: delivered twice (impair.go)
 }
 
 // SrcGID and DstGID are the packet's addresses as 16-byte GIDs.
@@ -158,6 +160,10 @@ func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uin
 	if s.cfg.Tap != nil {
 		_ = s.cfg.Tap.WriteFrame(f)
 	}
+	drop, dup := s.rxVerdict(udp[wire.UDPHeaderLen:])
+	if drop {
+		return RxPacket{}, false
+	}
 	// A zero checksum means none (IPv4; IPv6 too, as rxe's tunnel socket
 	// sets no_check6_rx).
 	if udp.Checksum() != 0 && wire.L4Checksum(src, dst, wire.IPProtoUDP, udp) != 0 {
@@ -183,5 +189,6 @@ func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uin
 		TrafficClass: tc,
 		HopLimit:     hop,
 		FlowLabel:    flow,
+		dup:          dup,
 	}, true
 }

@@ -96,6 +96,8 @@ type Stack struct {
 	kern  *kernel     // raw mode
 	down  atomic.Bool // the link is down: Send drops (SetLinkUp)
 
+	impair atomic.Pointer[impairer] // fault injection in force (impair.go)
+
 	txPool sync.Pool // *[][]byte scratch for Send
 
 	closeOnce sync.Once
@@ -315,6 +317,9 @@ func (r *receiver) handle(k int, deliver func([]RxPacket)) {
 		r.s.ctr.FramesIn.Add(1)
 		if pkt, ok := r.s.input(r.bufs[i][:r.sizes[i]]); ok {
 			r.rx = append(r.rx, pkt)
+			if pkt.dup {
+				r.rx = append(r.rx, pkt)
+			}
 		}
 	}
 	if len(r.rx) > 0 && deliver != nil {
@@ -329,6 +334,9 @@ func (r *receiver) handleFrame(f []byte, deliver func([]RxPacket)) {
 	r.s.ctr.FramesIn.Add(1)
 	if pkt, ok := r.s.input(f); ok && deliver != nil {
 		r.rx = append(r.rx[:0], pkt)
+		if pkt.dup {
+			r.rx = append(r.rx, pkt)
+		}
 		deliver(r.rx)
 	}
 }

@@ -63,6 +63,7 @@ type TxPacket struct {
 	Buf    []byte
 	Offset int
 	Dest   *Dest
+	QPN    uint32 // the sending QP (an impairment for one QP picks its frames)
 }
 
 // Send prepends Ethernet/IP/UDP to each packet in its headroom, computes the
@@ -90,6 +91,7 @@ func (s *Stack) Send(pkts []TxPacket) (int, error) {
 	var firstErr error
 	accepted := 0
 	set := s.addrs.Load()
+	ti := s.txImpairer()
 	for i := 0; i < len(pkts); {
 		d := pkts[i].Dest
 		if d == nil {
@@ -116,6 +118,10 @@ func (s *Stack) Send(pkts []TxPacket) (int, error) {
 			accepted++
 			if resolved {
 				copy(f, mac[:])
+				if ti != nil {
+					ti.add(f, pkts[k].QPN)
+					continue
+				}
 				frames = append(frames, f)
 			} else {
 				pending = append(pending, f)
@@ -130,6 +136,9 @@ func (s *Stack) Send(pkts []TxPacket) (int, error) {
 			}
 		}
 		i = j
+	}
+	if ti != nil {
+		frames = append(frames, ti.done()...)
 	}
 	if err := s.writeRoCE(frames); err != nil {
 		firstErr = cmpErr(firstErr, err)

@@ -93,6 +93,7 @@ var handlers = map[verbsock.Op]handler{
 	verbsock.OpCapture: func(c *conn, req any, _ []int) (any, []int, error) {
 		return c.capture(req.(*verbsock.CaptureReq))
 	},
+	verbsock.OpImpair: reply((*conn).impair),
 }
 
 // withFDs adapts a handler that takes the request's descriptors and

@@ -90,6 +90,9 @@ type Config struct {
 	// daemon's group.
 	Capture    *capture.Hub
 	CaptureGID func() int
+	// Impair, if set, is the port's fault injection (op impair); without
+	// it the op is EOPNOTSUPP.
+	Impair Impairer
 	// CM, if set, serves the rdma_cm operations (cm.go); CMLimits bound
 	// each client's listeners and connections.
 	CM       *cmagent.Agent

@@ -1,8 +1,11 @@
 package verbs
 
 import (
+	"math"
 	"net/netip"
+	"slices"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -207,4 +210,67 @@ func cmEntry(e *verbsock.CMEntry) CMEntry {
 		c.State = "LISTEN"
 	}
 	return c
+}
+
+// Impairment is the fault injection on the daemon's port (`vrnicctl
+// impair`): probabilities per RoCEv2 frame (0 to 1), a delay of sent
+// frames, one QP's frames only (QPN; 0: every QP), and the direction
+// ("both", "in" or "out"; delay and reordering apply to sent frames).
+type Impairment struct {
+	Loss, Dup, Reorder, Corrupt float64
+	Delay                       time.Duration
+	QPN                         uint32
+	Direction                   string
+}
+
+var impairDirs = []string{"both", "in", "out"}
+
+// Impairment reports the impairment in force (on false: none).
+func (d *Device) Impairment() (im Impairment, on bool, err error) {
+	return d.impair(&verbsock.ImpairReq{Action: verbsock.ImpairQuery})
+}
+
+// SetImpairment puts im in force on the port (nil ends it): root and the
+// daemon's user only (EPERM otherwise). It reports what is in force then.
+func (d *Device) SetImpairment(im *Impairment) (Impairment, bool, error) {
+	if im == nil {
+		return d.impair(&verbsock.ImpairReq{Action: verbsock.ImpairOff})
+	}
+	dir := slices.Index(impairDirs, im.Direction)
+	if im.Direction == "" {
+		dir = 0
+	}
+	if dir < 0 {
+		return Impairment{}, false, verr(verbsock.OpImpair, syscall.EINVAL, "direction %q: both, in or out", im.Direction)
+	}
+	ppm := func(p float64) uint32 { return uint32(min(max(p, 0), 1)*1e6 + 0.5) }
+	if im.Delay < 0 || im.Delay/time.Microsecond > math.MaxUint32 {
+		return Impairment{}, false, verr(verbsock.OpImpair, syscall.EINVAL, "delay %v", im.Delay)
+	}
+	for _, p := range []float64{im.Loss, im.Dup, im.Reorder, im.Corrupt} {
+		if !(p >= 0 && p <= 1) {
+			return Impairment{}, false, verr(verbsock.OpImpair, syscall.EINVAL, "probability %v (0 to 1)", p)
+		}
+	}
+	return d.impair(&verbsock.ImpairReq{Action: verbsock.ImpairSet, Params: verbsock.ImpairParams{
+		LossPPM: ppm(im.Loss), DupPPM: ppm(im.Dup), ReorderPPM: ppm(im.Reorder), CorruptPPM: ppm(im.Corrupt),
+		DelayUS: uint32(im.Delay / time.Microsecond), QPN: im.QPN, Direction: uint8(dir)}})
+}
+
+func (d *Device) impair(req *verbsock.ImpairReq) (Impairment, bool, error) {
+	var r verbsock.ImpairResp
+	if _, err := d.call(verbsock.OpImpair, req, nil, &r); err != nil {
+		return Impairment{}, false, err
+	}
+	if r.Active == 0 {
+		return Impairment{}, false, nil
+	}
+	p := &r.Params
+	dir := "both"
+	if int(p.Direction) < len(impairDirs) {
+		dir = impairDirs[p.Direction]
+	}
+	return Impairment{Loss: float64(p.LossPPM) / 1e6, Dup: float64(p.DupPPM) / 1e6, Reorder: float64(p.ReorderPPM) / 1e6,
+		Corrupt: float64(p.CorruptPPM) / 1e6, Delay: time.Duration(p.DelayUS) * time.Microsecond, QPN: p.QPN,
+		Direction: dir}, true, nil
 }
