@@ -208,7 +208,11 @@ keep() {
 		R[$1]=$(awk '{ print $4 }' <<<"$line")
 		R[$1.mpps]=$(awk '{ print $5 }' <<<"$line")
 		;;
-	*_lat) R[$1]=$(awk '{ print $5 }' <<<"$line") ;;
+	*_lat)
+		R[$1]=$(awk '{ print $5 }' <<<"$line")
+		R[$1.max]=$(awk '{ print $4 }' <<<"$line")
+		R[$1.p99]=$(awk '{ print $8 }' <<<"$line")
+		;;
 	esac
 }
 
@@ -230,7 +234,7 @@ health() {
 			out+=" ${s^^}: vrnicctl stat failed: $js"
 			continue
 		fi
-		for n in retransmit_timeouts retransmitted_pkts duplicate_request rcvd_rnr_err link_rx_ring_drops; do
+		for n in retransmit_timeouts retransmitted_pkts tlp_probes duplicate_request rcvd_rnr_err link_rx_ring_drops; do
 			v=$(grep -o "\"$n\":[0-9]*" <<<"$js" | head -1 | cut -d: -f2) || v=0 # TAP mode has no ring
 			d=$((${v:-0} - ${C[$s.$n]:-0}))
 			C[$s.$n]=${v:-0}
@@ -350,9 +354,9 @@ tap_pair() {
 
 # --- loss -----------------------------------------------------------------
 
-# loss_on PERCENT: the veth is replaced by two, joined by a bridge in a
-# third namespace M whose two ports drop PERCENT % of the UDP 4791 frames
-# they forward (nftables netdev egress). Not on the daemons' own veth
+# loss_on PERMILLE: the veth is replaced by two, joined by a bridge in a
+# third namespace M whose two ports drop PERMILLE ‰ of the UDP 4791 frames
+# they forward (nftables netdev egress; loss_set changes the share). Not on the daemons' own veth
 # ends: a frame an AF_PACKET socket sends passes that egress hook
 # unharmed on this kernel (the rule counts it, the peer receives it), and
 # the daemons' ETH_P_ALL sockets see a frame before an ingress hook.
@@ -370,7 +374,17 @@ loss_on() {
 	ip netns exec "$M" nft add table netdev vrperf || return 1
 	for d in mA mB; do
 		ip netns exec "$M" nft add chain netdev vrperf "eg$d" "{ type filter hook egress device $d priority 0; }" || return 1
-		ip netns exec "$M" nft add rule netdev vrperf "eg$d" udp dport 4791 numgen random mod 100 "<" "$1" counter drop || return 1
+	done
+	loss_set "$1"
+}
+
+# loss_set PERMILLE: the bridge's ports drop that share from now on, their
+# counters from 0.
+loss_set() {
+	local d
+	for d in mA mB; do
+		ip netns exec "$M" nft flush chain netdev vrperf "eg$d" || return 1
+		ip netns exec "$M" nft add rule netdev vrperf "eg$d" udp dport 4791 numgen random mod 1000 "<" "$1" counter drop || return 1
 	done
 }
 
@@ -444,20 +458,28 @@ perf raw1500.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
 stop_daemons
 set_mtu 9000
 
-step "1 % of RoCE frames dropped each way (a bridge between the daemons, nftables netdev egress on its ports), raw-mode daemons, MTU 9000"
-if command -v nft >/dev/null && loss_on 1; then
-	start_raw
-	# shellcheck disable=SC2046
-	perf loss.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
-	# shellcheck disable=SC2046
-	perf loss.read_bw.q1 read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
-	# The same with a 1 ms retransmit timeout instead of perftest's 67 ms
-	# (-u 14): the share of the loss figure that is waiting for timeouts.
-	# shellcheck disable=SC2046
-	perf loss.write_bw.u8 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1 -u 8)
-	perf loss.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
-	loss_report
-	stop_daemons
+step "0, 0.1, 1 and 5 % of RoCE frames dropped each way (a bridge between the daemons, nftables netdev egress on its ports), raw-mode daemons, MTU 9000"
+if command -v nft >/dev/null && loss_on 0; then
+	for pm in 0 1 10 50; do
+		loss_set "$pm"
+		echo "-- $pm per mille each way"
+		start_raw
+		# shellcheck disable=SC2046
+		perf loss$pm.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+		# shellcheck disable=SC2046
+		perf loss$pm.read_bw.q1 read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
+		# shellcheck disable=SC2046
+		perf loss$pm.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
+		perf loss$pm.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
+		if [ "$pm" = 10 ]; then
+			# The same with a 1 ms retransmit timeout instead of perftest's
+			# 67 ms (-u 14): what is left of waiting for timeouts.
+			# shellcheck disable=SC2046
+			perf loss$pm.write_bw.u8 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1 -u 8)
+		fi
+		loss_report
+		stop_daemons
+	done
 	loss_off
 else
 	echo "perf: nft unavailable (apt-get install nftables) or it refused the egress chain: loss run skipped"
@@ -547,11 +569,16 @@ echo "-- raw-mode daemons, MTU 1500 (RoCE MTU 1024)"
 row "write_bw 64 KiB, 1 QP" "${R[raw1500.write_bw.q1]:-}" "Gb/s" "$L15_WM" "payload Gb/s, $(lk link.1500.wm1024)"
 row "send_bw 64 B, 1 QP" "${R[raw1500.send_bw.q1.mpps]:-}" "M msg/s" "$L15_SO" "Mpps, $(lk link.1500.so64)"
 row "write_lat 8 B (t_typical)" "${R[raw1500.write_lat]:-}" "us" "$L_WO8" "median half RTT at MTU 9000"
-echo "-- raw-mode daemons, MTU 9000, 1 % loss each way (through a bridge; reference: vrnicd lossless on the veth)"
-row "write_bw 64 KiB, 1 QP" "${R[loss.write_bw.q1]:-}" "Gb/s" "${R[raw.write_bw.q1]:-}" "vrnicd lossless write_bw"
-row "read_bw 64 KiB, 1 QP" "${R[loss.read_bw.q1]:-}" "Gb/s" "${R[raw.read_bw.q1]:-}" "vrnicd lossless read_bw"
-row "write_bw, -u 8 (1 ms timeout)" "${R[loss.write_bw.u8]:-}" "Gb/s" "${R[raw.write_bw.q1]:-}" "vrnicd lossless write_bw"
-row "write_lat 8 B (t_typical)" "${R[loss.write_lat]:-}" "us" "${R[raw.write_lat]:-}" "vrnicd lossless write_lat"
+echo "-- raw-mode daemons, MTU 9000, through a bridge dropping a share each way (reference: the same bridge dropping nothing)"
+for pm in 1 10 50; do
+	pct=$(awk -v p="$pm" 'BEGIN { printf "%g %%", p / 10 }')
+	row "$pct: write_bw 64 KiB" "${R[loss$pm.write_bw.q1]:-}" "Gb/s" "${R[loss0.write_bw.q1]:-}" "lossless write_bw"
+	row "$pct: read_bw 64 KiB" "${R[loss$pm.read_bw.q1]:-}" "Gb/s" "${R[loss0.read_bw.q1]:-}" "lossless read_bw"
+	row "$pct: send_bw 64 B" "${R[loss$pm.send_bw.q1.mpps]:-}" "M msg/s" "${R[loss0.send_bw.q1.mpps]:-}" "lossless send_bw"
+	row "$pct: write_lat 8 B p99" "${R[loss$pm.write_lat.p99]:-}" "us" "${R[loss0.write_lat.p99]:-}" "lossless p99"
+	row "$pct: write_lat 8 B t_max" "${R[loss$pm.write_lat.max]:-}" "us" "${R[loss0.write_lat.max]:-}" "lossless t_max"
+done
+row "1 %: write_bw, -u 8 (1 ms timeout)" "${R[loss10.write_bw.u8]:-}" "Gb/s" "${R[loss0.write_bw.q1]:-}" "lossless write_bw"
 echo "-- TAP-mode daemons over bridges, MTU 9000 (link figures: the bare veth)"
 row "write_bw 64 KiB, 1 QP" "${R[tap.write_bw.q1]:-}" "Gb/s" "$L_WM" "veth payload Gb/s"
 row "send_bw 64 B, 1 QP" "${R[tap.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "veth Mpps"
