@@ -2,13 +2,20 @@
 GO        ?= go
 FUZZTIME  ?= 20000x
 PKGS      := ./...
-# staticcheck is pinned in .ci/run (go install ...@v0.8.2, i.e. 2026.2.2) and
-# run from GOPATH/bin so that it is not a dependency in go.mod.
+# staticcheck is pinned here (v0.8.2, i.e. 2026.2.2), installed into
+# GOPATH/bin when missing and run from there, so that it is not a
+# dependency in go.mod.
+STATICCHECK_VERSION := v0.8.2
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 # checklocks (gVisor's) checks the +checklocks annotations; pinned in .ci/run
 # likewise. Inferred-lock hints are off: they are suggestions, not findings.
 CHECKLOCKS_VERSION := v0.0.0-20260905035102-160fafc42237
 CHECKLOCKS ?= $(shell $(GO) env GOPATH)/bin/checklocks
+# VERSION is what every program's --version, vrnicd's ready line and
+# vrnicd_build_info say: the git description of the tree built (Go's own
+# VCS stamp is off where GOFLAGS has -buildvcs=false).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+GOLDFLAGS := -X github.com/vrnic/vrnicd/cmd/internal/version.version=$(VERSION)
 
 .PHONY: all demo binaries build test check vet fmt staticcheck checklocks unit long fuzz bench clean interop install install-check perf
 
@@ -19,7 +26,7 @@ build:
 
 # binaries: the daemon and the tools, in ./bin.
 binaries: cabi
-	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping \
+	$(GO) build -ldflags "$(GOLDFLAGS)" -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping \
 		./cmd/vrnic-ucmatose ./cmd/vrnic-udaddy ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime \
 		./cmd/vrnic-run $(wildcard ./cmd/vrnic-perf)
 
@@ -33,7 +40,7 @@ demo: binaries
 # 9000 and 1500, 1 % loss, TAP mode), one table of each figure beside the
 # link's (root; a few minutes). Figures are printed, never judged.
 perf: cabi
-	$(GO) build -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-perf ./cmd/vrnic-linkbench ./cmd/vrnic-run
+	$(GO) build -ldflags "$(GOLDFLAGS)" -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-perf ./cmd/vrnic-linkbench ./cmd/vrnic-run
 	./scripts/perf.sh
 
 # test: formatting, vet, then every test under the race detector. Tests that
@@ -50,11 +57,13 @@ vet:
 	$(GO) vet $(PKGS)
 
 staticcheck:
-	@[ -x "$(STATICCHECK)" ] || { echo "staticcheck missing: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"; exit 1; }
+	@[ -x "$(STATICCHECK)" ] || { echo "installing staticcheck $(STATICCHECK_VERSION) into $$($(GO) env GOPATH)/bin"; \
+		$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
 	$(STATICCHECK) $(PKGS)
 
 checklocks:
-	@[ -x "$(CHECKLOCKS)" ] || { echo "checklocks missing: go install gvisor.dev/gvisor/tools/checklocks/cmd/checklocks@$(CHECKLOCKS_VERSION)"; exit 1; }
+	@[ -x "$(CHECKLOCKS)" ] || { echo "installing checklocks $(CHECKLOCKS_VERSION) into $$($(GO) env GOPATH)/bin"; \
+		$(GO) install gvisor.dev/gvisor/tools/checklocks/cmd/checklocks@$(CHECKLOCKS_VERSION); }
 	$(CHECKLOCKS) -inferred=false $(PKGS)
 
 # The kernel interop suite boots VMs; it runs in `make interop`, not here.

@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
 	"github.com/vrnic/vrnicd/cmd/internal/docgen"
+	"github.com/vrnic/vrnicd/cmd/internal/version"
 )
 
 // Exit statuses.
@@ -28,40 +28,8 @@ const (
 	exitConfig = 2 // a bad command line or config file; restarting will not help
 )
 
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
-// it the module version or VCS revision from the build info is shown.
-var version = ""
-
-func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		var rev, dirty string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					dirty = "-dirty"
-				}
-			}
-		}
-		if v == "" && rev != "" {
-			v = "devel-" + rev[:min(12, len(rev))] + dirty
-		}
-		if v == "" {
-			v = "devel"
-		}
-		return fmt.Sprintf("vrnicd %s (%s)", v, bi.GoVersion)
-	}
-	if v == "" {
-		v = "devel"
-	}
-	return "vrnicd " + v
-}
+// versionString is vrnicd's --version and the ready line's version.
+func versionString() string { return version.String("vrnicd") }
 
 const usageText = `Usage: vrnicd --iface tap:NAME|IFACE [options]
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/vrnic/vrnicd/cmd/internal/version"
 	"github.com/vrnic/vrnicd/nic/metrics"
 )
 
@@ -66,11 +68,22 @@ func startMetrics(addr string, src metrics.Source, log *slog.Logger) (*metricsSe
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "build_info",
+		Help:        "Always 1; its labels are the version vrnicd --version prints and the Go release it was built with.",
+		ConstLabels: prometheus.Labels{"version": version.Version(), "goversion": version.GoVersion()}})
+	build.Set(1)
+	reg.MustRegister(build)
 	ln, path, err := listenMetrics(addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics %s: %w", addr, unwrapPath(err))
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, "<!DOCTYPE html>\n<html><head><title>vrnicd</title></head><body>\n"+
+			"<h1>vrnicd</h1>\n<p>%s</p>\n<p><a href=\"/metrics\">Metrics</a></p>\n</body></html>\n",
+			html.EscapeString(versionString()))
+	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:            slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		MaxRequestsInFlight: metricsInFlight,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -52,6 +53,25 @@ func scrapeAt(t *testing.T, network, addr string) map[string]*dto.MetricFamily {
 		t.Fatalf("exposition format: %v", err)
 	}
 	return mfs
+}
+
+// getPage GETs another path of the metrics listener (unix socket path).
+func getPage(t *testing.T, path, url string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}}
+	resp, err := c.Get("http://vrnicd" + url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return string(b)
 }
 
 // series returns the value of the family's series whose labels include
@@ -109,6 +129,21 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	sent0, _ := series(before, "vrnicd_sent_pkts_total", nil)
+	// The build: the version --version and the ready line give; the
+	// impairment gauge at 0 on a daemon that was never impaired.
+	ver := strings.Fields(recordString(n.a.ready, "version"))
+	if len(ver) < 2 {
+		t.Fatalf("ready line version=%q", recordString(n.a.ready, "version"))
+	}
+	if v, ok := series(before, "vrnicd_build_info", map[string]string{"version": ver[1]}); !ok || v != 1 {
+		t.Errorf("vrnicd_build_info{version=%q} = %v, %v", ver[1], v, ok)
+	}
+	if v, ok := series(before, "vrnicd_port_impaired", nil); !ok || v != 0 {
+		t.Errorf("vrnicd_port_impaired = %v, %v; want 0", v, ok)
+	}
+	if page := getPage(t, path, "/"); !strings.Contains(page, `href="/metrics"`) || !strings.Contains(page, ver[1]) {
+		t.Errorf("/ is not a page linking /metrics with the version:\n%s", page)
+	}
 
 	a := e2eOpen(t, n.sockA, e2eA4, e2eA6).end(verbs.QPTypeRC, nil, 1<<16)
 	b := e2eOpen(t, n.sockB, e2eB4, e2eB6).end(verbs.QPTypeRC, nil, 1<<16)

@@ -10,6 +10,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/vrnic/vrnicd/cmd/internal/version"
 )
 
 // Flag is one option.
@@ -55,6 +57,9 @@ type Section struct {
 // without the program name. It reports whether args asked for one, and
 // the exit status.
 func Handle(args []string, page func() *Page, stdout, stderr io.Writer) (bool, int) {
+	if version.Handle(args, page().Name, stdout) {
+		return true, 0
+	}
 	switch {
 	case len(args) == 1 && args[0] == "--generate-man":
 		if err := page().Man(stdout); err != nil {

@@ -9,15 +9,20 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
 	"github.com/vrnic/vrnicd/cmd/internal/docgen"
+	"github.com/vrnic/vrnicd/cmd/internal/version"
 )
 
 // Main runs a tool's whole program with a context that SIGINT and SIGTERM
 // end, and exits 1 if it fails (run has reported why on stderr).
 func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	if version.Handle(os.Args[1:], filepath.Base(os.Args[0]), os.Stdout) {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
