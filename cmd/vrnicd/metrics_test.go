@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
