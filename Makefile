@@ -158,8 +158,11 @@ include cabi/cabi.mk
 # its tests, nftables for the loss tests, QEMU and friends for make interop.
 DEBIAN_DEPS := git make gcc binutils iproute2 nftables iputils-ping tshark qemu-system-x86 xz-utils cpio \
 	busybox-static systemd util-linux zsh fish groff-base \
-	libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest python3-pyverbs
-.PHONY: deps
+	libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest python3-pyverbs libfabric-bin
+.PHONY: deps print-deps
+# print-deps: the list, for .ci/run (which installs only what is missing).
+print-deps:
+	@echo $(DEBIAN_DEPS)
 deps:
 	apt-get install -y -qq --no-install-recommends $(DEBIAN_DEPS) || \
 		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEBIAN_DEPS); }
