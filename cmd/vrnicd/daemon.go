@@ -605,7 +605,13 @@ func (d *daemon) reload() {
 	nc.Name, nc.Socket, nc.LogFormat = old.Name, old.Socket, old.LogFormat
 	keepClientLimits(old, nc, restart)
 	d.cfg = nc
-	d.log.Info("reloaded", append([]any{"applied", strings.Join(applied, ",")}, d.summary()...)...)
+	attrs := []any{"applied", strings.Join(applied, ",")}
+	if d.opts.config == "" {
+		// The command line is not read again: only the pcap file was
+		// reopened (log rotation). Say so rather than look like a reload.
+		attrs = append(attrs, "note", "started without --config: nothing to reload but the pcap file")
+	}
+	d.log.Info("reloaded", append(attrs, d.summary()...)...)
 }
 
 // keepClientLimits warns of changed client limits, which the server took

@@ -78,6 +78,9 @@ func TestTAPDaemon(t *testing.T) {
 				t.Fatalf("client: %v", err)
 			}
 			defer client.Close()
+			if _, err := client.AllocPD(); err != nil { // an object: its disconnect is logged at info
+				t.Fatal(err)
+			}
 			if _, err := client.QueryGID(1, 5000); err == nil {
 				t.Fatal("QueryGID of index 5000 succeeded")
 			}

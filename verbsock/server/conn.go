@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -149,7 +150,9 @@ func (s *Server) newConn(uc *net.UnixConn) (*conn, error) {
 		return nil, err
 	}
 	c.log = s.log.With("client", c.id, "client_pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
-	c.log.Info("verbsock client connected")
+	// Debug: `vrnicctl` and the like connect for one query; a client that
+	// makes objects is logged when it goes (releaseAll).
+	c.log.Debug("verbsock client connected")
 	return c, nil
 }
 
@@ -427,7 +430,14 @@ func (c *conn) cleanup() {
 		m.m.Release()
 	}
 	c.releaseHeld()
-	c.log.Info("verbsock client disconnected", "objects_destroyed", n, "mapped_bytes_left", c.memBytes.Load())
+	c.cm.mu.Lock()
+	usedCM := c.cm.started
+	c.cm.mu.Unlock()
+	lvl := slog.LevelDebug
+	if c.nextHandle > 1 || usedCM {
+		lvl = slog.LevelInfo // it made objects: an application, not a query
+	}
+	c.log.Log(context.Background(), lvl, "verbsock client disconnected", "objects_destroyed", n, "mapped_bytes_left", c.memBytes.Load())
 }
 
 func (c *conn) destroyQP(q *qpObj) {
