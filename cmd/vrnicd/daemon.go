@@ -198,6 +198,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	d.ready.Store(true)
 	gate.release(true)
 	d.log.Info("vrnicd ready", d.summary()...)
+	if cfg.Mode == netstack.ModeTAP && len(cfg.Addrs) == 0 {
+		d.log.Warn("TAP mode without --ip: the only GID is the IPv6 link-local one, so peers must use IPv6 link-local (-g with its index); give --ip ADDR/LEN for an IPv4 or routable GID")
+	}
 	d.notify(sd.SdNotifyReady)
 	return d, nil
 }
