@@ -188,8 +188,22 @@ func (k *kernel) subscribe() error {
 		return fmt.Errorf("netstack: address subscription: %w", err)
 	}
 	nch := make(chan netlink.NeighUpdate, 256)
-	if err := netlink.NeighSubscribeWithOptions(nch, k.done, netlink.NeighSubscribeOptions{Namespace: nsp, ErrorCallback: logErr, ListExisting: true}); err != nil {
+	// Not ListExisting: its dump on the subscription socket makes every
+	// other vrnicd in the namespace log "Wrong sender portid" for the
+	// replies it sees (vishvananda/netlink issue 786). The table is read
+	// with a request of its own once the subscription runs (an update in
+	// between is seen twice, which is harmless).
+	if err := netlink.NeighSubscribeWithOptions(nch, k.done, netlink.NeighSubscribeOptions{Namespace: nsp, ErrorCallback: logErr}); err != nil {
 		return fmt.Errorf("netstack: neighbour subscription: %w", err)
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		ns, err := k.h.NeighList(k.ifindex, fam)
+		if err != nil {
+			return fmt.Errorf("netstack: neighbour table: %w", err)
+		}
+		for i := range ns {
+			k.neighUpdate(false, &ns[i])
+		}
 	}
 	go func() {
 		for u := range ach {
