@@ -143,7 +143,13 @@ install: binaries
 		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$(basename $$u); \
 	done
 	install -m 0644 systemd/vrnicd.sysusers $(DESTDIR)$(SYSUSERSDIR)/vrnicd.conf
-	[ -e $(DESTDIR)$(SYSCONFDIR)/vrnicd/vrnicd.toml ] || install -m 0644 configs/vrnicd.toml $(DESTDIR)$(SYSCONFDIR)/vrnicd/vrnicd.toml
+	@# Into / (no DESTDIR): the vrnicd user and group the units run as.
+	if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers $(SYSUSERSDIR)/vrnicd.conf; fi
+	@# The example with every key commented out: vrnicd.service starts
+	@# nothing until an interface is chosen.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/vrnicd/vrnicd.toml ] || { \
+		printf '# Every key is commented out: vrnicd.service starts once iface (and, for a TAP, ip) is set.\n\n'; \
+		sed -E 's/^([a-z_]+ = )/# \1/' configs/vrnicd.toml; } >$(DESTDIR)$(SYSCONFDIR)/vrnicd/vrnicd.toml
 
 # install-check: make install into a temporary DESTDIR, then check every
 # file is there, the man pages render without warnings, the completions

@@ -139,6 +139,22 @@ pcap = "/tmp/file.pcap"
 		c.MTU != 0 || c.MAC != nil || c.LogLevel != slog.LevelInfo || c.LogFormat != "text" || c.SocketGID != -1 {
 		t.Fatalf("raw-mode defaults %+v", c)
 	}
+	// -FILE: a missing FILE is no config (vrnicd@.service's
+	// /etc/vrnicd/%i.toml); FILE alone must exist.
+	missing := filepath.Join(t.TempDir(), "eth1.toml")
+	o, _ = parseArgs([]string{"--iface", "eth1", "--config", "-" + missing})
+	if c, err = o.load(); err != nil || c.Iface != "eth1" {
+		t.Fatalf("optional config that is missing: %+v, %v", c, err)
+	}
+	o, _ = parseArgs([]string{"--iface", "eth1", "--config", missing})
+	if _, err = o.load(); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("required config that is missing: %v", err)
+	}
+	// -FILE that exists is read.
+	o, _ = parseArgs([]string{"--config", "-" + p})
+	if c, err = o.load(); err != nil || c.Iface != "file0" {
+		t.Fatalf("optional config that exists: %+v, %v", c, err)
+	}
 }
 
 // The shipped example is valid, sets every key the file format has (most

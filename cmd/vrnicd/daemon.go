@@ -609,7 +609,7 @@ func (d *daemon) reload() {
 	keepClientLimits(old, nc, restart)
 	d.cfg = nc
 	attrs := []any{"applied", strings.Join(applied, ",")}
-	if d.opts.config == "" {
+	if _, ok := d.opts.configFile(); !ok {
 		// The command line is not read again: only the pcap file was
 		// reopened (log rotation). Say so rather than look like a reload.
 		attrs = append(attrs, "note", "started without --config: nothing to reload but the pcap file")

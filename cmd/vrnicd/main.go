@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -73,8 +74,10 @@ Options:
   --socket PATH        client socket (default /run/vrnicd/vrnicd.sock)
   --socket-group GROUP group of the socket, mode 0660 (default: the
                        daemon's own group)
-  --config FILE        TOML config file (see configs/vrnicd.toml); flags
-                       override it
+  --config FILE        TOML config file (make install puts a commented
+                       example in /etc/vrnicd/vrnicd.toml); flags override
+                       it. -FILE: FILE may be missing (no config then), as
+                       systemd's EnvironmentFile=-
   --log-level LEVEL    debug, info, warn or error (default info)
   --log-format FORMAT  text or json (default text)
   --pcap FILE          write every RoCEv2 frame sent and received to FILE
@@ -205,12 +208,27 @@ func parseArgs(args []string) (*options, error) {
 	return o, nil
 }
 
+// configFile is the config file to read, if any: --config's, unless it
+// is -FILE (optional) and FILE does not exist.
+func (o *options) configFile() (string, bool) {
+	path, optional := strings.CutPrefix(o.config, "-")
+	if path == "" {
+		return "", false
+	}
+	if optional {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return "", false
+		}
+	}
+	return path, true
+}
+
 // load reads the config file, if any, lays the flags over it and
 // validates the result. The daemon calls it at start and on SIGHUP.
 func (o *options) load() (*Config, error) {
 	var raw rawConfig
-	if o.config != "" {
-		if err := loadFile(o.config, &raw); err != nil {
+	if path, ok := o.configFile(); ok {
+		if err := loadFile(path, &raw); err != nil {
 			return nil, err
 		}
 	}
