@@ -12,7 +12,7 @@ import (
 type retryReport struct {
 	episodes  int      // retries of every kind
 	timeouts  int      // retries that only a retransmit timeout explains
-	spurious  []string // timeouts the capture does not justify
+	early     []string // retries before a whole deadline of silence: loss probes
 	latencies []time.Duration
 	text      string
 }
@@ -28,7 +28,12 @@ type retryReport struct {
 // last arming at or before T-timeout (give or take slack for the gap
 // between the daemon's clock and the TAP) was followed by a full timeout
 // without another arming: the peer was silent for the whole deadline.
-// Otherwise the timer was spurious: a response had come in time.
+// A retry with no such silence is early: a tail loss probe (vrnicd's
+// transport/tlp.go resends the oldest unacknowledged packet after a few
+// round trips without progress, and later what was sent before an
+// answered probe), not a timeout. The capture cannot tell a probe from a
+// timer that fired early; the daemon's retransmit_timeouts counter can:
+// timerVerdict requires it to equal the timeouts the capture justifies.
 //
 // guest, if not nil, is a capture on the guest's TAP, to say where the
 // time went. pathMTU sizes READ requests (one PSN per response packet).
@@ -184,8 +189,10 @@ func (a *retryAnalysis) request(i int, f *capFrame, info *wire.OpInfo) {
 	fmt.Fprintf(&a.b, "retry %d at %.3f ms: %v psn %#06x to qp %#06x", a.rep.episodes, msec(f.at), f.op, f.psn, f.qp)
 	cause := s.trigger(f, info, psn)
 	if cause == "" {
-		a.rep.timeouts++
-		cause = a.timeoutCause(s, f)
+		var timeout bool
+		if cause, timeout = a.timeoutCause(s, f); timeout {
+			a.rep.timeouts++
+		}
 	}
 	s.arms = append(s.arms[:0], f.at) // every retry re-arms the timer
 	a.b.WriteString(": " + cause)
@@ -228,10 +235,11 @@ func (s *retryStream) trigger(f *capFrame, info *wire.OpInfo, psn wire.PSN) stri
 	return cause
 }
 
-// timeoutCause judges the timeout that sent retry f: justified if some
-// arming since the previous retry was followed by a full timeout (less
-// slack) without another, else spurious (and listed in the report).
-func (a *retryAnalysis) timeoutCause(s *retryStream, f *capFrame) string {
+// timeoutCause judges the retry f that no response explains: a timeout
+// if some arming since the previous retry was followed by a full timeout
+// (less slack) without another, else an early retry (a loss probe; listed
+// in the report).
+func (a *retryAnalysis) timeoutCause(s *retryStream, f *capFrame) (string, bool) {
 	timeout := a.timeout
 	j := -1
 	for k, e := range s.arms {
@@ -246,20 +254,20 @@ func (a *retryAnalysis) timeoutCause(s *retryStream, f *capFrame) string {
 	}
 	switch {
 	case len(s.arms) == 0:
-		return "timeout (the capture began after the request)"
+		return "timeout (the capture began after the request)", true
 	case j >= 0:
 		next := f.at
 		if j+1 < len(s.arms) {
 			next = min(s.arms[j+1], f.at)
 		}
 		return fmt.Sprintf("timeout: armed at %.3f ms, then %.1f ms without a response (deadline %.1f ms)",
-			msec(s.arms[j]), msec(next-s.arms[j]), msec(timeout))
+			msec(s.arms[j]), msec(next-s.arms[j]), msec(timeout)), true
 	}
 	last := s.arms[len(s.arms)-1]
-	a.rep.spurious = append(a.rep.spurious, fmt.Sprintf("timeout at %.3f ms (psn %#06x) %.1f ms after the timer was last armed (at %.3f ms; deadline %.1f ms)",
+	a.rep.early = append(a.rep.early, fmt.Sprintf("retry at %.3f ms (psn %#06x) %.1f ms after the timer was last armed (at %.3f ms; deadline %.1f ms)",
 		msec(f.at), f.psn, msec(f.at-last), msec(last), msec(timeout)))
-	return fmt.Sprintf("SPURIOUS timeout: the timer was last armed at %.3f ms, %.1f ms before (deadline %.1f ms)",
-		msec(last), msec(f.at-last), msec(timeout))
+	return fmt.Sprintf("EARLY retry, a loss probe (no timeout: the timer was last armed at %.3f ms, %.1f ms before; deadline %.1f ms)",
+		msec(last), msec(f.at-last), msec(timeout)), false
 }
 
 // answers reports the responses with the retried PSN in the next second:
@@ -284,8 +292,8 @@ func (a *retryAnalysis) answers(i int, f *capFrame) {
 // summarize ends the report: the counts and the peer's response times.
 func (a *retryAnalysis) summarize() {
 	rep := &a.rep
-	fmt.Fprintf(&a.b, "%d retry episodes of vrnicd (%d timeouts, %d spurious); %d duplicate requests from the peer (its own retries)\n",
-		rep.episodes, rep.timeouts, len(rep.spurious), a.peerDups)
+	fmt.Fprintf(&a.b, "%d retry episodes of vrnicd (%d timeouts, %d early: loss probes); %d duplicate requests from the peer (its own retries)\n",
+		rep.episodes, rep.timeouts, len(rep.early), a.peerDups)
 	if l := rep.latencies; len(l) > 0 {
 		over := 0
 		for _, d := range l {
