@@ -51,10 +51,10 @@ func TestAnalyzeRetransmits(t *testing.T) {
 		return fs
 	}
 	for _, tc := range []struct {
-		name               string
-		frames             []capFrame
-		timeouts, early    int
-		want               string
+		name            string
+		frames          []capFrame
+		timeouts, early int
+		want            string
 	}{
 		{"peer silent for the whole deadline", []capFrame{
 			req(0, send, 100), req(67.6, send, 100), ack(80, 100), ack(81, 100),
