@@ -9,7 +9,7 @@
 //
 // bw streams frames from --tx with sendmmsg batches (-b, default 32) and
 // counts them at --rx with a PACKET_MMAP TPACKET_V3 ring (or recvmmsg,
-// --rx recvmmsg), sleeping until readable when it finds none (or polling,
+// --rx-mode recvmmsg), sleeping until readable when it finds none (or polling,
 // --spin); it reports the received rate in Mpps and Gb/s (Ethernet
 // frame bytes without FCS) for each of -n samples of -D seconds and the
 // best one. lat bounces one frame at a time between --a and --b and
@@ -36,7 +36,7 @@ import (
 	"github.com/vrnic/vrnicd/nic/link"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
 
 // Limits of the options.
 const (

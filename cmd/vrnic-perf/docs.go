@@ -35,8 +35,15 @@ func docPage() *docgen.Page {
 			"With -R (perftest's rdma_cm mode) there is no TCP: the exchange goes as SENDs over an rdma_cm connection of its own on the port, and each of the test's QPs is connected by rdma_cm on the same port; HOST is then the server's RoCE address. -z alone moves only the exchange.",
 			"TEST is one of write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat.",
 		},
-		Flags:   flags,
-		Env:     []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		Flags: flags,
+		Env:   []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		Extra: []docgen.Section{
+			{Title: "EXAMPLES", Paragraphs: []string{
+				"vrnic-perf write_bw on the server, whose daemon has the RoCE address 192.0.2.1, then vrnic-perf write_bw 192.0.2.1 on the client: RDMA WRITE bandwidth, 5000 messages of 64 KiB, over perftest's TCP exchange on port 18515 (either side may be ib_write_bw).",
+				"vrnic-perf send_lat -a on the server and vrnic-perf send_lat -a 192.0.2.1 on the client: SEND latency for every size from 2 bytes to 8 MiB.",
+				"vrnic-perf read_bw -R -q 4 -D 10 --report_gbits (and the same with 192.0.2.1 on the client): RDMA READ bandwidth over 4 QPs connected by rdma_cm, for 10 seconds, in Gb/s.",
+			}},
+		},
 		SeeAlso: []string{"vrnicd(8)", "vrnicctl(1)", "vrnic-pingpong(1)", "ib_write_bw(1)"},
 	}
 }

@@ -65,8 +65,15 @@ func docPage() *docgen.Page {
 			"vrnic-pingpong is the vrnicd counterpart of rdma-core's " + strings.Join(tools, ", ") + " (--mode chooses): the same command line, the same TCP exchange of QP addresses (so either side can be the kernel tool), the same QP attributes, traffic and output. Without HOST it is the server; with HOST it connects to the server there. It exits 0 only when every iteration completed (and, with -c, the received data checked out).",
 			"Options exist in the modes whose rdma-core tool has them: -m not in ud, -q in srq only.",
 		},
-		Flags:   flags,
-		Env:     []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		Flags: flags,
+		Env:   []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		Extra: []docgen.Section{
+			{Title: "EXAMPLES", Paragraphs: []string{
+				"vrnic-pingpong -g 1 on the server, whose daemon has the RoCE address 192.0.2.1, then vrnic-pingpong -g 1 192.0.2.1 on the client: ibv_rc_pingpong's 1000 RC exchanges of 4096 bytes, GID index 1 (the IPv4-mapped GID); either side may be ibv_rc_pingpong -g 1.",
+				"vrnic-pingpong --mode ud -g 1 -c on the server and vrnic-pingpong --mode ud -g 1 -c 192.0.2.1 on the client: ibv_ud_pingpong's UD exchange of 1024-byte messages, the data checked.",
+				"vrnic-pingpong --mode srq -q 4 -g 1 --socket /run/vrnicd/eth1.sock (and the same with 192.0.2.1 on the client): ibv_srq_pingpong with 4 QPs sharing a receive queue, through the daemon that vrnicd@eth1 runs.",
+			}},
+		},
 		SeeAlso: []string{"vrnicd(8)", "vrnicctl(1)", "vrnic-perf(1)", "ibv_rc_pingpong(1)"},
 	}
 }

@@ -16,10 +16,13 @@ import (
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
+
+// defaultAddr is rdma_client's server address without -s.
+const defaultAddr = "127.0.0.1"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	addr, socket, err := cmtool.ExampleArgs("vrnic-rdma-client", "127.0.0.1", args, stdout, stderr)
+	addr, socket, err := cmtool.ExampleArgs("vrnic-rdma-client", defaultAddr, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

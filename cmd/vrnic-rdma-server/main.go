@@ -16,13 +16,16 @@ import (
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
+
+// defaultAddr is rdma_server's address without -s.
+const defaultAddr = "0.0.0.0"
 
 // onListen, if set, is told when the server listens (tests).
 var onListen func()
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	addr, socket, err := cmtool.ExampleArgs("vrnic-rdma-server", "0.0.0.0", args, stdout, stderr)
+	addr, socket, err := cmtool.ExampleArgs("vrnic-rdma-server", defaultAddr, args, stdout, stderr)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/vrnic/vrnicd/cmd/internal/tool"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
 
 // run is the whole program: diagnostics on stderr (as rping's), ping data
 // on stdout. The error it returns has been reported.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob/getopt"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // DefaultSocket is where vrnicd listens unless configured otherwise.
@@ -42,7 +43,7 @@ var options = []getopt.Option{
 
 // parseArgs reads rping's options (getopt "a:Pp:C:S:scvVd") and --socket.
 func parseArgs(args []string) (*config, error) {
-	cfg := &config{port: 7174, size: 64, socket: DefaultSocket}
+	cfg := &config{port: 7174, size: 64, socket: verbs.SocketPath()}
 	opts, err := getopt.Options(options, args)
 	if err != nil {
 		return cfg, err
@@ -136,6 +137,6 @@ vrnic-rping -c [-vVd] [-S size] [-C count] -a addr [-p port] [--socket path]
 	-a addr		address
 	-p port		port
 	-P		persistent server mode allowing multiple connections
-	--socket path	vrnicd's socket (default `+DefaultSocket+`)
+	--socket path	vrnicd's socket (default $`+verbs.SocketEnv+`, else `+DefaultSocket+`)
 `)
 }

@@ -30,7 +30,7 @@ import (
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
 
 // config is a parsed command line.
 type config struct {

@@ -34,7 +34,7 @@ import (
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
-func main() { tool.Main(run) }
+func main() { tool.Docs(docPage); tool.Main(run) }
 
 // defaultPort is udaddy's fixed port.
 const defaultPort = 7174

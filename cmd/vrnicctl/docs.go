@@ -23,8 +23,17 @@ func docPage() *docgen.Page {
 			"vrnicctl talks to vrnicd(8) through its client socket. Every command's flags may come before or after its arguments; --socket and --json may also come before the command.",
 		},
 		Env: []docgen.Env{{Name: verbs.SocketEnv, Help: "the daemon's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
-		Extra: []docgen.Section{{Title: "EXIT STATUS", Paragraphs: []string{
-			"0 on success, 1 when the command failed (its error is one line on stderr), 2 for a bad command line."}}},
+		Extra: []docgen.Section{
+			{Title: "EXAMPLES", Paragraphs: []string{
+				"vrnicctl devinfo: the device's attributes, its port and GID table, as ibv_devinfo -v shows them; vrnicctl --socket /run/vrnicd/eth1.sock devinfo for the daemon that vrnicd@eth1 runs.",
+				"vrnicctl qp: the QPs, with their state, peer and PSNs; vrnicctl --json qp for scripts.",
+				"vrnicctl stat --watch: the counters' rates every second until interrupted; vrnicctl stat --watch 5 --count 12 for a minute of 5-second intervals.",
+				"vrnicctl capture | tshark -r -: the daemon's RoCEv2 frames live, decoded by tshark; vrnicctl capture --qp 0x11 --count 100 -w qp17.pcap keeps 100 frames of QP 17 and its peer in a file, and vrnicctl decode qp17.pcap prints them one a line.",
+				"vrnicctl impair --loss 1 --direction out: drop 1 % of the frames the port sends (to see a transfer retransmit); vrnicctl impair shows what is set, vrnicctl impair off ends it.",
+			}},
+			{Title: "EXIT STATUS", Paragraphs: []string{
+				"0 on success, 1 when the command failed (its error is one line on stderr), 2 for a bad command line."}},
+		},
 		SeeAlso: []string{"vrnicd(8)", "vrnic-perf(1)", "vrnic-pingpong(1)", "tshark(1)", "rdma(8)"},
 	}
 	global := map[string]docgen.Flag{}
