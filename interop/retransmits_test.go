@@ -188,13 +188,17 @@ func (a *retryAnalysis) request(i int, f *capFrame, info *wire.OpInfo) {
 	a.rep.episodes++
 	fmt.Fprintf(&a.b, "retry %d at %.3f ms: %v psn %#06x to qp %#06x", a.rep.episodes, msec(f.at), f.op, f.psn, f.qp)
 	cause := s.trigger(f, info, psn)
+	rearm := true
 	if cause == "" {
 		var timeout bool
 		if cause, timeout = a.timeoutCause(s, f); timeout {
 			a.rep.timeouts++
 		}
+		rearm = timeout // a probe leaves the timer as it runs (tlp.go)
 	}
-	s.arms = append(s.arms[:0], f.at) // every retry re-arms the timer
+	if rearm {
+		s.arms = append(s.arms[:0], f.at) // a NAK's or a timeout's retry re-arms the timer
+	}
 	a.b.WriteString(": " + cause)
 	a.answers(i, f)
 	if a.guest != nil {

@@ -112,6 +112,7 @@ type sendSide struct {
 	rttPSN       wire.PSN
 	rttSent      time.Time
 	tlpAt        time.Time
+	rto          time.Duration // the IBA timeout the deadline last ran for
 	tlpN         uint8
 	tlpOut       bool
 	tlpPSN       wire.PSN // the PSN the last probe asked for

@@ -132,7 +132,7 @@ func (ss *sendSide) restartDeadline(s *qpSnap, now time.Time) {
 		return
 	}
 	if d := LocalAckTimeout(s.attr.Timeout); d > 0 {
-		ss.deadline = now.Add(d)
+		ss.deadline, ss.rto = now.Add(d), d
 	} else {
 		ss.deadline = time.Time{}
 	}

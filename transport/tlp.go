@@ -74,15 +74,17 @@ func (ss *sendSide) pto() time.Duration {
 }
 
 // tlpArm sets the probe deadline from now, backed off by the probes sent
-// since the last progress; none when it would not come before the IBA
-// deadline.
+// since the last progress; none when it would not come a quarter of the
+// timeout before the IBA deadline: a probe that close to it is the
+// timeout's own retransmission early, and on the wire it could not be
+// told from one.
 func (ss *sendSide) tlpArm(now time.Time) {
 	ss.tlpAt = time.Time{}
 	pto := ss.pto()
 	if pto == 0 || ss.deadline.IsZero() {
 		return
 	}
-	if at := now.Add(pto << ss.tlpN); at.Before(ss.deadline) {
+	if at := now.Add(pto << ss.tlpN); at.Before(ss.deadline.Add(-ss.rto / 4)) {
 		ss.tlpAt = at
 	}
 }
