@@ -33,6 +33,8 @@ type e2eNet struct {
 	a, b         *daemonProc
 	sockA, sockB string
 	vrnicctl     string
+	nsA          *linktest.NS
+	argsA        []string // A's command line, to start it again
 }
 
 // newE2ENet starts the two daemons; extraA are more flags for A.
@@ -52,8 +54,9 @@ func newE2ENet(t *testing.T, extraA ...string) *e2eNet {
 		x.ns.Exec(t, "ip", "addr", "add", x.v6+"/64", "dev", x.dev, "nodad")
 	}
 	dir := t.TempDir()
-	n := &e2eNet{sockA: filepath.Join(dir, "a.sock"), sockB: filepath.Join(dir, "b.sock"), vrnicctl: ctl}
-	n.a = startDaemon(t, nsA, nil, append([]string{"--iface", va, "--socket", n.sockA, "--name", "vrnicA"}, extraA...)...)
+	n := &e2eNet{sockA: filepath.Join(dir, "a.sock"), sockB: filepath.Join(dir, "b.sock"), vrnicctl: ctl, nsA: nsA}
+	n.argsA = append([]string{"--iface", va, "--socket", n.sockA, "--name", "vrnicA"}, extraA...)
+	n.a = startDaemon(t, nsA, nil, n.argsA...)
 	n.b = startDaemon(t, nsB, nil, "--iface", vb, "--socket", n.sockB, "--name", "vrnicB")
 	return n
 }

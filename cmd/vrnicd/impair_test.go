@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,5 +107,16 @@ func TestImpair(t *testing.T) {
 	}
 	if out := n.ctl(t, "devinfo", "--socket", n.sockA); strings.Contains(out, "impairment") {
 		t.Error("devinfo still says impaired after off")
+	}
+
+	// Never saved: impaired, then restarted, the daemon has none.
+	n.ctl(t, "impair", "--loss", "50", "--socket", n.sockA)
+	n.a.signal(syscall.SIGTERM)
+	if _, ok := n.a.wait(10 * time.Second); !ok {
+		t.Fatal("vrnicd did not stop on SIGTERM")
+	}
+	n.a = startDaemon(t, n.nsA, nil, n.argsA...)
+	if out := n.ctl(t, "impair", "--socket", n.sockA); !strings.Contains(out, "impairment: off") {
+		t.Errorf("after a restart: %q", out)
 	}
 }
