@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 )
 
@@ -172,7 +173,10 @@ func (e *Error) Error() string {
 	if e.Msg == "" {
 		return fmt.Sprintf("verbsock: %v: %v", e.Op, e.Errno)
 	}
-	return fmt.Sprintf("verbsock: %v: %v (%s)", e.Op, e.Msg, e.Errno)
+	// A daemon message that names its op already is not prefixed again
+	// ("capture: capture: no QP ...").
+	msg := strings.TrimPrefix(e.Msg, e.Op.String()+": ")
+	return fmt.Sprintf("verbsock: %v: %v (%s)", e.Op, msg, e.Errno)
 }
 
 func (e *Error) Unwrap() error { return e.Errno }

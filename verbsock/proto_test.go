@@ -306,3 +306,14 @@ func TestCMResolveAddrLayout(t *testing.T) {
 		t.Fatalf("reserved byte set: %v, want EINVAL", err)
 	}
 }
+
+// An error names its op once, whether or not the daemon's message starts
+// with it.
+func TestErrorNamesItsOpOnce(t *testing.T) {
+	for _, msg := range []string{"capture: no QP 0x999", "no QP 0x999"} {
+		e := &Error{Op: OpCapture, Errno: syscall.ENOENT, Msg: msg}
+		if got, want := e.Error(), "verbsock: capture: no QP 0x999 (no such file or directory)"; got != want {
+			t.Errorf("%q: %q, want %q", msg, got, want)
+		}
+	}
+}
