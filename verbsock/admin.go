@@ -20,7 +20,7 @@ const (
 	MaxDeviceStats = 128 // named device counters in a QueryStatsResp
 	MaxQPStats     = 24  // counters per QP record
 	StatsQPsPage   = 15  // QP records in a QueryStatsResp (the reply fits MaxMessage)
-	ListQPsPage    = 250 // QP records in a ListQPsResp
+	ListQPsPage    = 140 // QP records in a ListQPsResp
 )
 
 // Stat is one named counter.
@@ -72,6 +72,9 @@ type QPEntry struct {
 	Type        uint8
 	State       uint8
 	Reserved    uint16
+	DGID        [16]byte // RC/UC: the peer's GID (its address); zeros: none
+	Window      uint32   // RC: PSNs that may be unacknowledged now
+	SRTTUS      uint32   // RC: smoothed round trip in microseconds (0: not measured)
 }
 
 // ListQPsResp is one page of the device's QPs, by QPN.

@@ -55,6 +55,7 @@
 #define VRN_OP_CAPTURE 33
 #define VRN_OP_LIST_CM 34
 #define VRN_OP_REG_MR_SEGS 35
+#define VRN_OP_IMPAIR 36
 #define VRN_OP_CM_LISTEN 64
 #define VRN_OP_CM_UNLISTEN 65
 #define VRN_OP_CM_CONNECT 66
@@ -508,6 +509,32 @@ struct vrn_hello_resp {
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_hello_resp) == 92, "vrn_hello_resp");
 
+struct vrn_impair_params {
+	uint32_t loss_ppm; /* @0 */
+	uint32_t dup_ppm; /* @4 */
+	uint32_t reorder_ppm; /* @8 */
+	uint32_t corrupt_ppm; /* @12 */
+	uint32_t delay_us; /* @16 */
+	uint32_t qpn; /* @20 */
+	uint8_t direction; /* @24 */
+	uint8_t reserved_25[3]; /* @25 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_impair_params) == 28, "vrn_impair_params");
+
+struct vrn_impair_req {
+	uint8_t action; /* @0 */
+	uint8_t reserved_1[3]; /* @1 */
+	struct vrn_impair_params params; /* @4 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_impair_req) == 32, "vrn_impair_req");
+
+struct vrn_impair_resp {
+	uint8_t active; /* @0 */
+	uint8_t reserved_1[3]; /* @1 */
+	struct vrn_impair_params params; /* @4 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_impair_resp) == 32, "vrn_impair_resp");
+
 struct vrn_cm_entry {
 	uint32_t local_id; /* @0 */
 	uint32_t remote_id; /* @4 */
@@ -542,15 +569,18 @@ struct vrn_qp_entry {
 	uint8_t type; /* @28 */
 	uint8_t state; /* @29 */
 	uint16_t reserved; /* @30 */
+	uint8_t dgid[16]; /* @32 */
+	uint32_t window; /* @48 */
+	uint32_t srttus; /* @52 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_qp_entry) == 32, "vrn_qp_entry");
+_Static_assert(sizeof(struct vrn_qp_entry) == 56, "vrn_qp_entry");
 
 struct vrn_list_q_ps_resp {
 	uint32_t count; /* @0 */
 	uint32_t next; /* @4 */
-	struct vrn_qp_entry q_ps[250]; /* @8 */
+	struct vrn_qp_entry q_ps[140]; /* @8 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_list_q_ps_resp) == 8008, "vrn_list_q_ps_resp");
+_Static_assert(sizeof(struct vrn_list_q_ps_resp) == 7848, "vrn_list_q_ps_resp");
 
 struct vrn_map_mem_req {
 	uint32_t reserved; /* @0 */

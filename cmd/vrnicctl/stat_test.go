@@ -261,8 +261,9 @@ func statPlain(t *testing.T, sock string, doc statDoc, want []string, qpnA uint3
 	}
 }
 
-// qp and qp --json: each QP of the device, its peer, PSNs, outstanding
-// WQEs and the pid of its client.
+// qp and qp --json: each QP of the device, its peer (QPN and address),
+// PSNs, send window (128 PSNs on a clean link) and measured round trip,
+// outstanding WQEs and the pid and name of its client.
 func TestQP(t *testing.T) {
 	ha, _, sock := daemonHost(t)
 	p := newRCPair(t, sock, ha)
@@ -278,10 +279,19 @@ func TestQP(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := os.Getpid()
+	self, _ := os.ReadFile("/proc/self/comm")
+	me, peer := strings.TrimSpace(string(self)), ha.Addr.String() // both QPs on one device: each other's peer
 	wantA := jsonQP{QPN: p.a.QPN(), Type: "RC", State: "RTS", DestQPN: p.b.QPN(), SendPSN: p.psnA + 2, CompPSN: p.psnA + 2,
-		RecvPSN: p.psnB, PID: pid}
+		RecvPSN: p.psnB, PID: pid, Comm: me, Peer: peer, Window: 128}
 	wantB := jsonQP{QPN: p.b.QPN(), Type: "RC", State: "RTS", DestQPN: p.a.QPN(), SendPSN: p.psnB, CompPSN: p.psnB,
-		RecvPSN: p.psnA + 2, PID: pid}
+		RecvPSN: p.psnA + 2, PID: pid, Comm: me, Peer: peer, Window: 128}
+	if len(doc.QPs) == 2 {
+		if doc.QPs[0].SRTTUS <= 0 || doc.QPs[1].SRTTUS != 0 {
+			t.Errorf("srtt_us %d and %d: want the WRITEs' round trip for A, none for B (it sent nothing)",
+				doc.QPs[0].SRTTUS, doc.QPs[1].SRTTUS)
+		}
+		doc.QPs[0].SRTTUS = 0
+	}
 	if len(doc.QPs) != 2 || doc.QPs[0] != wantA || doc.QPs[1] != wantB {
 		t.Fatalf("qp --json %+v\nwant %+v\n     %+v", doc.QPs, wantA, wantB)
 	}
@@ -291,13 +301,18 @@ func TestQP(t *testing.T) {
 		t.Fatalf("qp: exit %d, stderr %q", rc, errOut)
 	}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 3 || !regexp.MustCompile(`^QPN +TYPE +STATE +DEST_QPN +SQ_PSN +COMP_PSN +RQ_PSN +OUTSTANDING +PID$`).MatchString(lines[0]) {
+	if len(lines) != 3 || !regexp.MustCompile(`^QPN +TYPE +STATE +DEST_QPN +PEER +SQ_PSN +COMP_PSN +RQ_PSN +WINDOW +SRTT_US +OUTSTANDING +PID +COMM$`).MatchString(lines[0]) {
 		t.Fatalf("qp output:\n%s", out)
 	}
 	for i, w := range []jsonQP{wantA, wantB} {
-		want := []string{fmt.Sprintf("0x%06x", w.QPN), "RC", "RTS", fmt.Sprintf("0x%06x", w.DestQPN),
-			fmt.Sprintf("0x%06x", w.SendPSN), fmt.Sprintf("0x%06x", w.CompPSN), fmt.Sprintf("0x%06x", w.RecvPSN), "0", fmt.Sprint(pid)}
-		if got := strings.Fields(lines[1+i]); strings.Join(got, " ") != strings.Join(want, " ") {
+		rtt := "-"
+		if i == 0 {
+			rtt = `\d+`
+		}
+		want := []string{fmt.Sprintf("0x%06x", w.QPN), "RC", "RTS", fmt.Sprintf("0x%06x", w.DestQPN), regexp.QuoteMeta(peer),
+			fmt.Sprintf("0x%06x", w.SendPSN), fmt.Sprintf("0x%06x", w.CompPSN), fmt.Sprintf("0x%06x", w.RecvPSN), "128", rtt, "0",
+			fmt.Sprint(pid), regexp.QuoteMeta(me)}
+		if got := strings.Fields(lines[1+i]); !regexp.MustCompile("^" + strings.Join(want, " ") + "$").MatchString(strings.Join(got, " ")) {
 			t.Errorf("line %q, want fields %v", lines[1+i], want)
 		}
 	}

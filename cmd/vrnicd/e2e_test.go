@@ -115,6 +115,10 @@ type jsonQPLine struct {
 	RecvPSN     uint32 `json:"recv_psn"`
 	Outstanding int    `json:"outstanding"`
 	PID         int    `json:"pid"`
+	Comm        string `json:"comm"`
+	Peer        string `json:"peer"`
+	Window      int    `json:"window"`
+	SRTTUS      int64  `json:"srtt_us"`
 }
 
 // e2eClient is one verbs client of a daemon.
@@ -569,8 +573,15 @@ func e2eCtl(t *testing.T, n *e2eNet) {
 	}) {
 		t.Fatalf("vrnicctl qp: %+v, want comp_psn 105 after 5 packets from 100", mine)
 	}
+	// The owner by pid and name, the peer by address, the send window
+	// (128 PSNs on a clean link) and the round trip the WRITE measured.
+	self, _ := os.ReadFile("/proc/self/comm")
+	if mine.SRTTUS <= 0 {
+		t.Errorf("vrnicctl qp: srtt_us %d after a WRITE", mine.SRTTUS)
+	}
+	mine.SRTTUS = 0
 	if want := (jsonQPLine{QPN: a.qp.QPN(), Type: "RC", State: "RTS", DestQPN: b.qp.QPN(), SendPSN: 105, CompPSN: 105,
-		RecvPSN: 100, PID: os.Getpid()}); mine != want {
+		RecvPSN: 100, PID: os.Getpid(), Comm: strings.TrimSpace(string(self)), Peer: e2eB4, Window: 128}); mine != want {
 		t.Errorf("vrnicctl qp: %+v, want %+v", mine, want)
 	}
 	dev, qps := n.e2eStat(t, n.sockB)

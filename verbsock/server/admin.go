@@ -2,8 +2,10 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"syscall"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/transport"
@@ -161,7 +163,12 @@ func (c *conn) listQPs(r *verbsock.PageReq) (any, error) {
 		in := q.Info() // now, not at the snapshot
 		resp.QPs[k] = verbsock.QPEntry{QPN: in.QPN, DestQPN: in.DestQPN, SendPSN: in.SendPSN, CompPSN: in.CompPSN,
 			RecvPSN: in.RecvPSN, Outstanding: uint32(max(in.Outstanding, 0)), Owner: uint32(max(ref.owner, 0)),
-			Type: uint8(in.Type), State: uint8(in.State)}
+			Type: uint8(in.Type), State: uint8(in.State), Window: uint32(max(in.Window, 0)),
+			SRTTUS: uint32(min(in.SRTT/time.Microsecond, math.MaxUint32))}
+		if in.Type == transport.QPTypeRC || in.Type == transport.QPTypeUC {
+			a, _ := q.Engine().Query()
+			resp.QPs[k].DGID = a.AV.DGID
+		}
 		k++
 	}
 	resp.Count, resp.Next = uint32(k), next

@@ -58,6 +58,9 @@ type QPInfo struct {
 	RecvPSN     uint32 // PSN the responder expects
 	Outstanding int    // send WQEs posted and not yet completed
 	Owner       int    // pid of the client that made it; 0: made inside the daemon
+	Peer        netip.Addr    // RC/UC: the peer's address (its GID); invalid: none
+	Window      int           // RC: PSNs that may be unacknowledged now (the send window)
+	SRTT        time.Duration // RC: the smoothed round trip (0: not measured yet)
 }
 
 // nextPage checks a reply's cursor: pages go up in QPN, so a daemon cannot
@@ -133,9 +136,13 @@ func (d *Device) ListQPs() ([]QPInfo, error) {
 			if e.QPN < start || len(out) > 0 && e.QPN <= out[len(out)-1].QPN {
 				return nil, verr(op, syscall.EPROTO, "QP %#x out of order in the page from %#x", e.QPN, start)
 			}
-			out = append(out, QPInfo{QPN: e.QPN, Type: QPType(e.Type), State: QPState(e.State), DestQPN: e.DestQPN,
+			qi := QPInfo{QPN: e.QPN, Type: QPType(e.Type), State: QPState(e.State), DestQPN: e.DestQPN,
 				SendPSN: e.SendPSN, CompPSN: e.CompPSN, RecvPSN: e.RecvPSN, Outstanding: int(e.Outstanding),
-				Owner: int(e.Owner)})
+				Owner: int(e.Owner), Window: int(e.Window), SRTT: time.Duration(e.SRTTUS) * time.Microsecond}
+			if e.DGID != [16]byte{} {
+				qi.Peer = netip.AddrFrom16(e.DGID).Unmap()
+			}
+			out = append(out, qi)
 		}
 		next, err := nextPage(op, start, r.Next)
 		if err != nil {
