@@ -53,11 +53,11 @@ type QPInfo struct {
 	Type        QPType
 	State       QPState
 	DestQPN     uint32
-	SendPSN     uint32 // next PSN the requester assigns
-	CompPSN     uint32 // oldest PSN not yet acknowledged
-	RecvPSN     uint32 // PSN the responder expects
-	Outstanding int    // send WQEs posted and not yet completed
-	Owner       int    // pid of the client that made it; 0: made inside the daemon
+	SendPSN     uint32        // next PSN the requester assigns
+	CompPSN     uint32        // oldest PSN not yet acknowledged
+	RecvPSN     uint32        // PSN the responder expects
+	Outstanding int           // send WQEs posted and not yet completed
+	Owner       int           // pid of the client that made it; 0: made inside the daemon
 	Peer        netip.Addr    // RC/UC: the peer's address (its GID); invalid: none
 	Window      int           // RC: PSNs that may be unacknowledged now (the send window)
 	SRTT        time.Duration // RC: the smoothed round trip (0: not measured yet)
