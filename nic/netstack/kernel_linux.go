@@ -53,6 +53,10 @@ func openKernel(s *Stack, ifname string, ns netns.NsHandle) (*kernel, error) {
 		k.close()
 		return nil, err
 	}
+	if err := needNetAdmin(); err != nil {
+		k.close()
+		return nil, err
+	}
 	if err := k.subscribe(); err != nil {
 		k.close()
 		return nil, err
@@ -165,6 +169,21 @@ func (k *kernel) syncAddrs() error {
 		ps = append(ps, netip.PrefixFrom(ip, ones))
 	}
 	return k.s.setAddrs(ps)
+}
+
+// needNetAdmin: asking the kernel to resolve a neighbour (RTM_NEWNEIGH
+// with NTF_USE, trigger) takes CAP_NET_ADMIN; without it raw mode would
+// start and then reach no peer. Refused at start instead, as EPERM.
+func needNetAdmin() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("netstack: capget: %w", err)
+	}
+	if data[unix.CAP_NET_ADMIN/32].Effective&(1<<(unix.CAP_NET_ADMIN%32)) == 0 {
+		return fmt.Errorf("netstack: kernel neighbour resolution: %w", unix.EPERM)
+	}
+	return nil
 }
 
 func (k *kernel) subscribe() error {
