@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -13,36 +12,7 @@ import (
 // takes one; the page documents nothing the table lacks and has its
 // examples.
 func TestManAndCompletion(t *testing.T) {
-	var accepted []docgentest.Option
-	for _, o := range options {
-		accepted = append(accepted, docgentest.Option{Short: o.Short, Long: o.Long})
-		n := 0
-		for _, f := range optionDocs {
-			if f.Short == o.Short && f.Long == o.Long {
-				n++
-				if (f.Arg != "") != o.HasArg {
-					t.Errorf("-%c/--%s: documented argument %q, HasArg %v", o.Short, o.Long, f.Arg, o.HasArg)
-				}
-			}
-		}
-		if n != 1 {
-			t.Errorf("-%c/--%s is documented %d times", o.Short, o.Long, n)
-		}
-	}
-	if len(optionDocs) != len(options) {
-		t.Errorf("%d options documented, the table has %d", len(optionDocs), len(options))
-	}
-	p := docPage()
-	docgentest.Check(t, p, accepted)
-	var man bytes.Buffer
-	if err := p.Man(&man); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{".SH EXAMPLES", `vrnic\-ucmatose \-b 192.0.2.1`, `vrnic\-ucmatose \-s 192.0.2.1`, "ucmatose (1)", "vrnicd (8)", "VRNICD_SOCKET"} {
-		if !strings.Contains(man.String(), s) {
-			t.Errorf("vrnic-ucmatose(1) lacks %q", s)
-		}
-	}
+	docgentest.CheckGetopt(t, options, optionDocs, docPage(), ".SH EXAMPLES", `vrnic\-ucmatose \-b 192.0.2.1`, `vrnic\-ucmatose \-s 192.0.2.1`, "ucmatose (1)", "vrnicd (8)", "VRNICD_SOCKET")
 }
 
 // The options the page calls refused are refused by the parser, and the
