@@ -178,7 +178,8 @@ func parseArgs(args []string) (*params, error) {
 	}
 	t, ok := tests[args[0]]
 	if !ok {
-		return nil, getopt.Usagef("unknown test %q: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat", args[0])
+		// One line, not the whole usage: a mistyped name needs the list.
+		return nil, fmt.Errorf("unknown test %q: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat (vrnic-perf --help for the options)", args[0])
 	}
 	p := &params{test: t, port: oob.DefaultPort, ibPort: 1, gidIndex: -1, numQPs: 1, inlineSize: -1, cqMod: defCQMod,
 		duration: defDuration, margin: -1, qpTimeout: defQPTime, atomic: fetchAndAdd, socket: verbs.SocketPath()}

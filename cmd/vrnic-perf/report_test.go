@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -125,5 +127,17 @@ func TestParamsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", args, err, want)
 		}
+	}
+}
+
+// A mistyped test name is one line on stderr with the list of tests, not
+// the whole usage.
+func TestUnknownTestIsOneLine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"wrte_bw"}, &stdout, &stderr); err == nil {
+		t.Fatal("wrte_bw accepted")
+	}
+	if stdout.Len() != 0 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "write_bw read_bw") {
+		t.Errorf("stdout %q, stderr %q: want one line naming the tests", stdout.String(), stderr.String())
 	}
 }
