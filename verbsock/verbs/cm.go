@@ -97,6 +97,12 @@ type RejectedError struct {
 }
 
 func (e *RejectedError) Error() string {
+	switch e.Reason {
+	case RejectInvalidService:
+		return "rdma_cm: rejected (REJ reason 8, invalid service ID: nothing listens on that port of the server)"
+	case RejectConsumerDefined:
+		return "rdma_cm: rejected (REJ reason 28: the listener refused the connection)"
+	}
 	return fmt.Sprintf("rdma_cm: rejected (REJ reason %d)", e.Reason)
 }
 

@@ -329,3 +329,12 @@ func TestCMDepthsBounded(t *testing.T) {
 		t.Errorf("Accept, initiator depth %d: %v, want EINVAL", attr.MaxQPInitRdAtom+1, err)
 	}
 }
+
+// A REJ's error says what the two reasons a user meets mean.
+func TestRejectedErrorSaysWhy(t *testing.T) {
+	for reason, want := range map[int]string{8: "nothing listens on that port", 28: "the listener refused", 30: "REJ reason 30"} {
+		if got := (&verbs.RejectedError{Reason: reason}).Error(); !bytes.Contains([]byte(got), []byte(want)) {
+			t.Errorf("reason %d: %q, want it to say %q", reason, got, want)
+		}
+	}
+}
