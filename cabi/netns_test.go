@@ -182,16 +182,18 @@ func TestRdmacmOnRealDaemons(t *testing.T) {
 				// The server's daemon keeps the connection in timewait:
 				// its addresses say which GID carried it.
 				out, err := exec.Command(ctl, "cm", "--json", "--socket", tl[0].socket).Output()
-				var conns []struct {
-					State string `json:"state"`
-					Local string `json:"local_addr"`
-					Peer  string `json:"peer_addr"`
+				var doc struct {
+					CM []struct {
+						State string `json:"state"`
+						Local string `json:"local_addr"`
+						Peer  string `json:"peer_addr"`
+					} `json:"cm"`
 				}
-				if err != nil || json.Unmarshal(out, &conns) != nil {
+				if err != nil || json.Unmarshal(out, &doc) != nil {
 					t.Fatalf("vrnicctl cm --json: %v\n%s", err, out)
 				}
 				ok := false
-				for _, c := range conns {
+				for _, c := range doc.CM {
 					ipv6 := strings.Contains(c.Local, "fe80:") && strings.Contains(c.Peer, "fe80:")
 					ok = ok || ipv6 == strings.HasPrefix(fam.name, "ipv6")
 				}

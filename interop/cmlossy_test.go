@@ -145,12 +145,14 @@ func waitOurListen(ctx context.Context, t *testing.T, d *daemon, port int, p *ho
 	t.Helper()
 	for {
 		out, err := exec.CommandContext(ctx, d.tools.vrnicctl, "cm", "--json", "--socket", d.socket).Output()
-		var entries []struct {
-			Listener bool   `json:"listener"`
-			Port     uint16 `json:"port"`
+		var doc struct {
+			CM []struct {
+				Listener bool   `json:"listener"`
+				Port     uint16 `json:"port"`
+			} `json:"cm"`
 		}
-		if err == nil && json.Unmarshal(out, &entries) == nil {
-			for _, e := range entries {
+		if err == nil && json.Unmarshal(out, &doc) == nil {
+			for _, e := range doc.CM {
 				if e.Listener && int(e.Port) == port {
 					return
 				}

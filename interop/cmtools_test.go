@@ -41,15 +41,17 @@ func checkCMDone(t *testing.T, d *daemon) {
 	if err != nil {
 		t.Fatalf("vrnicctl cm --json: %v", err)
 	}
-	var entries []struct {
-		State    string `json:"state"`
-		Listener bool   `json:"listener"`
+	var doc struct {
+		CM []struct {
+			State    string `json:"state"`
+			Listener bool   `json:"listener"`
+		} `json:"cm"`
 	}
-	if err := json.Unmarshal(out, &entries); err != nil {
+	if err := json.Unmarshal(out, &doc); err != nil {
 		t.Fatalf("vrnicctl cm --json: %v: %q", err, out)
 	}
 	left := map[string]int{}
-	for _, e := range entries {
+	for _, e := range doc.CM {
 		if !e.Listener && e.State != "TIMEWAIT" {
 			left[e.State]++
 		}

@@ -432,13 +432,15 @@ func waitCMDone(t *testing.T, d *daemon, limit time.Duration) {
 	start := time.Now()
 	for time.Since(start) < limit {
 		out, err := exec.Command(d.tools.vrnicctl, "cm", "--json", "--socket", d.socket).Output()
-		var entries []struct {
-			State    string `json:"state"`
-			Listener bool   `json:"listener"`
+		var doc struct {
+			CM []struct {
+				State    string `json:"state"`
+				Listener bool   `json:"listener"`
+			} `json:"cm"`
 		}
-		if err == nil && json.Unmarshal(out, &entries) == nil {
+		if err == nil && json.Unmarshal(out, &doc) == nil {
 			busy := false
-			for _, e := range entries {
+			for _, e := range doc.CM {
 				busy = busy || (!e.Listener && e.State != "TIMEWAIT")
 			}
 			if !busy {

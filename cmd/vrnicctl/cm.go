@@ -18,7 +18,7 @@ func init() {
 		Summary: "list the daemon's rdma_cm connections and listeners: state, comm IDs, service ID, addresses, QPNs, owner pid",
 		NArgs:   0,
 		Setup: func(fs *flag.FlagSet) runFunc {
-			asJSON := fs.Bool("json", false, `print a JSON array: [{"state": "ESTABLISHED", "local_id": N, "service_id": "0x...", ...}]`)
+			asJSON := fs.Bool("json", false, `print one JSON object: {"cm": [{"state": "ESTABLISHED", "local_id": N, "service_id": "0x...", ...}]}`)
 			return withDevice(fs, func(d *verbs.Device, stdout io.Writer) error {
 				es, err := d.ListCM()
 				if err != nil {
@@ -80,7 +80,9 @@ func cmJSON(es []verbs.CMEntry, w io.Writer) error {
 			Port: e.Port(), Local: addrText(e.Local, ""), Peer: addrText(e.Peer, ""), QPN: e.QPN, RemoteQPN: e.RemoteQPN,
 			PID: e.Owner})
 	}
-	b, err := json.Marshal(out)
+	b, err := json.Marshal(struct {
+		CM []jsonCM `json:"cm"`
+	}{out})
 	if err != nil {
 		return err
 	}

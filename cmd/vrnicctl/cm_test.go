@@ -50,11 +50,13 @@ func cmList(t *testing.T, sock string) []jsonCM {
 	if rc != 0 {
 		t.Fatalf("cm --json: exit %d, stderr %q", rc, errOut)
 	}
-	var es []jsonCM
-	if err := json.Unmarshal([]byte(out), &es); err != nil {
-		t.Fatalf("cm --json %q: %v", out, err)
+	var doc struct {
+		CM []jsonCM `json:"cm"`
 	}
-	return es
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.CM == nil {
+		t.Fatalf("cm --json %q: %v (want one object with the list \"cm\")", out, err)
+	}
+	return doc.CM
 }
 
 // TestCM: two daemons, an rdma_cm connection between their clients through
