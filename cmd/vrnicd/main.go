@@ -65,7 +65,9 @@ Options:
   --rx-ring-frames N   raw mode: frames each socket's receive ring holds,
                        64..65536 (default 1024): the frames a peer may have
                        in flight before the ring drops them while the
-                       daemon is not running (counter link_rx_ring_drops)
+                       daemon is not running (counter link_rx_ring_drops);
+                       rounded up to whole ring blocks, so the ready line's
+                       rx_ring_frames may say more (1080 for 1024)
   --busy-poll DURATION how long a datapath worker keeps polling its link
                        and rings after its last work, yielding the CPU
                        between looks, before it sleeps: 0..10ms (default
