@@ -22,10 +22,10 @@ func (q *QP) HandleResponse(p *RxPacket) {
 	if psn.Before(ss.comp) || !psn.Before(ss.hi) {
 		return // a duplicate, or a response to nothing we sent
 	}
-	ss.respFrom = ss.comp
+	before := ss.comp
 	progress, lost := ss.completeBefore(s, psn, now)
 	if lost {
-		ss.settleResponse(s, now, progress, false)
+		ss.settleResponse(s, now, before, progress, false)
 		return
 	}
 	w := ss.oldestActive()
@@ -33,7 +33,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 		progress = true
 	}
 	if w == nil || psn.Before(w.firstPSN) {
-		ss.settleResponse(s, now, progress, false)
+		ss.settleResponse(s, now, before, progress, false)
 		return
 	}
 	rnr := false
@@ -47,7 +47,7 @@ func (q *QP) HandleResponse(p *RxPacket) {
 	default:
 		q.inc(RcvdDropped)
 	}
-	ss.settleResponse(s, now, progress, rnr)
+	ss.settleResponse(s, now, before, progress, rnr)
 }
 
 // completeBefore takes the acknowledgement of everything before psn: the
@@ -256,12 +256,13 @@ func (ss *sendSide) lostResponse(s *qpSnap, w *swqe, now time.Time) {
 	ss.timerResponseRetry(s, now)
 }
 
-// settleResponse ends the handling of a response: progress resets the retry
-// counters, resumes the window after a probe and pushes the retransmit
-// deadline out; with nothing outstanding the deadline stops.
-func (ss *sendSide) settleResponse(s *qpSnap, now time.Time, progress, rnr bool) {
+// settleResponse ends the handling of a response (before: the oldest
+// unacknowledged PSN when it came): progress resets the retry counters,
+// grows the send window, resumes the window after a probe and pushes the
+// retransmit deadline out; with nothing outstanding the deadline stops.
+func (ss *sendSide) settleResponse(s *qpSnap, now time.Time, before wire.PSN, progress, rnr bool) {
 	if progress {
-		if n := ss.comp.Diff(ss.respFrom); n > 0 {
+		if n := ss.comp.Diff(before); n > 0 {
 			ss.windowAcked(n)
 		}
 		ss.rttAck(now)

@@ -125,7 +125,6 @@ type sendSide struct {
 	cwnd, cwndAcc int32
 	recovering    bool
 	recoverAt     wire.PSN
-	respFrom      wire.PSN // comp when the response being handled came
 
 	stopIssue bool // an errored WQE is waiting for its in-order completion
 	drained   bool // SQ drained event sent for this SQD

@@ -372,6 +372,20 @@ static struct cma_id *find(int dev, const struct vrn_cm_event_msg *m)
 
 void cma_from_v6(const uint8_t in[16], uint16_t port, int family, struct sockaddr_storage *out);
 
+/* cma_ah_attr is the daemon's address vector as libibverbs' (port 1 when
+ * the AV names none). */
+void cma_ah_attr(struct ibv_ah_attr *a, const struct vrn_av *av)
+{
+	a->is_global = 1;
+	memcpy(a->grh.dgid.raw, av->dgid, 16);
+	a->grh.flow_label = av->flow_label;
+	a->grh.sgid_index = av->sgid_index;
+	a->grh.hop_limit = av->hop_limit;
+	a->grh.traffic_class = av->traffic_class;
+	a->sl = av->sl;
+	a->port_num = av->port ? av->port : 1;
+}
+
 /* conn_params fills an event's connection or UD parameters. */
 static void params(struct cma_event *e, const struct vrn_cm_event_msg *m, int ud)
 {
@@ -383,15 +397,7 @@ static void params(struct cma_event *e, const struct vrn_cm_event_msg *m, int ud
 		u->private_data_len = (uint8_t)n;
 		u->qp_num = m->remote_qpn;
 		u->qkey = m->qkey;
-		struct ibv_ah_attr *a = &u->ah_attr;
-		a->is_global = 1;
-		memcpy(a->grh.dgid.raw, m->ah.dgid, 16);
-		a->grh.flow_label = m->ah.flow_label;
-		a->grh.sgid_index = m->ah.sgid_index;
-		a->grh.hop_limit = m->ah.hop_limit;
-		a->grh.traffic_class = m->ah.traffic_class;
-		a->sl = m->ah.sl;
-		a->port_num = m->ah.port ? m->ah.port : 1;
+		cma_ah_attr(&u->ah_attr, &m->ah);
 		return;
 	}
 	/* The kernel's lengths: the MAD's whole private data area after the

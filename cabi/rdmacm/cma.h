@@ -104,6 +104,7 @@ struct cma_id *cma_new_id(struct rdma_event_channel *channel, void *context, enu
 /* conn.c */
 void cma_take_path(struct cma_id *c, const struct vrn_cm_event_msg *m);
 uint32_t cma_random_psn(void);
+void cma_ah_attr(struct ibv_ah_attr *a, const struct vrn_av *av);
 struct cma_event *cma_addr_event(struct cma_id *c, const struct vrn_cm_event_msg *m);
 /* addr.c helpers */
 void cma_to_v6(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);

@@ -223,15 +223,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 	if (!have)
 		return fail(EINVAL); /* no connection to take the values from yet */
 	if (want == IBV_QPS_RTR) {
-		struct ibv_ah_attr *a = &qp_attr->ah_attr;
-		a->is_global = 1;
-		memcpy(a->grh.dgid.raw, c->path.dgid, 16);
-		a->grh.flow_label = c->path.flow_label;
-		a->grh.sgid_index = c->path.sgid_index;
-		a->grh.hop_limit = c->path.hop_limit;
-		a->grh.traffic_class = c->path.traffic_class;
-		a->sl = c->path.sl;
-		a->port_num = 1;
+		cma_ah_attr(&qp_attr->ah_attr, &c->path);
 		qp_attr->path_mtu = (enum ibv_mtu)c->path_mtu;
 		qp_attr->dest_qp_num = c->remote_qpn;
 		qp_attr->rq_psn = c->psn;
