@@ -32,6 +32,11 @@ type Limits struct {
 	MaxSGE    uint32
 	MaxInline uint32
 	MaxCQE    uint32
+	// UD multicast (ibv_attach_mcast): groups, QPs per group, attachments
+	// in all; default kernel rxe's 8192, 56 and 0x70000.
+	MaxMcastGrp           int
+	MaxMcastQPAttach      int
+	MaxTotalMcastQPAttach int
 }
 
 func (l *Limits) defaults() {
@@ -52,6 +57,15 @@ func (l *Limits) defaults() {
 	}
 	if l.MaxCQE == 0 {
 		l.MaxCQE = 1 << 16
+	}
+	if l.MaxMcastGrp == 0 {
+		l.MaxMcastGrp = DefaultMaxMcastGrp
+	}
+	if l.MaxMcastQPAttach == 0 {
+		l.MaxMcastQPAttach = DefaultMaxMcastQPAttach
+	}
+	if l.MaxTotalMcastQPAttach == 0 {
+		l.MaxTotalMcastQPAttach = DefaultMaxTotalMcastQPAttach
 	}
 }
 
@@ -100,7 +114,8 @@ type Device struct {
 	out     output
 	rxPool  sync.Pool
 	workers []*worker
-	gsi     gsi // QP1 (gsi.go)
+	gsi     gsi        // QP1 (gsi.go)
+	mcast   mcastState // UD multicast groups (mcast.go)
 
 	mu      sync.RWMutex
 	qps     map[uint32]*QP // +checklocks:mu
@@ -202,7 +217,11 @@ func (d *Device) Sync() {
 func (d *Device) workerFor(qpn uint32) *worker { return d.workers[int(qpn)%len(d.workers)] }
 
 // Attach sets the port packets leave through.
-func (d *Device) Attach(s Sender) { d.port.Store(&senderBox{s}) }
+// The port joins the multicast groups QPs are attached to.
+func (d *Device) Attach(s Sender) {
+	d.port.Store(&senderBox{s})
+	d.rejoinGroups()
+}
 
 // Name is the device name.
 func (d *Device) Name() string { return d.cfg.Name }
@@ -370,6 +389,10 @@ type DeviceAttr struct {
 	PhysPortCnt     int
 	MaxInlineData   uint32
 	MaxMsgSize      uint64
+
+	MaxMcastGrp           int
+	MaxMcastQPAttach      int
+	MaxTotalMcastQPAttach int
 }
 
 // ibv_device_cap_flags rxe reports (0x01223c76 in ibv_devinfo -v).
@@ -387,6 +410,7 @@ func (d *Device) Attr() DeviceAttr {
 		MaxQPRdAtom: transport.MaxRdAtomic, MaxQPInitRdAtom: transport.MaxRdAtomic, MaxResRdAtom: 0x3f000,
 		AtomicCap: 1, MaxMW: 1<<19 - 1, MaxAH: 32767, MaxSRQ: l.MaxSRQ, MaxSRQWR: l.MaxQPWR, MaxSRQSGE: l.MaxSGE,
 		MaxPKeys: 1, LocalCAAckDelay: 15, PhysPortCnt: 1, MaxInlineData: l.MaxInline, MaxMsgSize: transport.MaxMessageSize,
+		MaxMcastGrp: l.MaxMcastGrp, MaxMcastQPAttach: l.MaxMcastQPAttach, MaxTotalMcastQPAttach: l.MaxTotalMcastQPAttach,
 	}
 }
 

@@ -24,6 +24,12 @@ type side struct {
 
 func newSide(t testing.TB, h *nictest.Host, typ transport.QPType, addr uint64) *side {
 	t.Helper()
+	return newSideCfg(t, h, typ, addr, nil)
+}
+
+// newSideCfg is newSide with cfg, if not nil, changing the QP's config.
+func newSideCfg(t testing.TB, h *nictest.Host, typ transport.QPType, addr uint64, cfg func(*nic.QPConfig)) *side {
+	t.Helper()
 	s := &side{h: h, scq: transport.NewMemCQ(4096, nil), rcq: transport.NewMemCQ(4096, nil), addr: addr}
 	var err error
 	if s.pd, err = h.Dev.Mem().AllocPD(); err != nil {
@@ -34,8 +40,12 @@ func newSide(t testing.TB, h *nictest.Host, typ transport.QPType, addr uint64) *
 		mem.LocalWrite|mem.RemoteWrite|mem.RemoteRead|mem.RemoteAtomic); err != nil {
 		t.Fatal(err)
 	}
-	s.qp, err = h.Dev.CreateQP(nic.QPConfig{Type: typ, PD: s.pd, SendCQ: s.scq, RecvCQ: s.rcq,
-		Cap: transport.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
+	qc := nic.QPConfig{Type: typ, PD: s.pd, SendCQ: s.scq, RecvCQ: s.rcq,
+		Cap: transport.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}}
+	if cfg != nil {
+		cfg(&qc)
+	}
+	s.qp, err = h.Dev.CreateQP(qc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,12 +45,16 @@ func (d *Device) ingress(on *worker, tp, iphdr []byte, src, dst gid.GID, sport u
 	bth := pkt.BTH
 	qpn := bth.DestQP()
 	// TVer 0; P_Key must match the default full-member key (low 15 bits).
-	if bth.TVer() != 0 || bth.PKey()&0x7fff != 0x7fff || qpn == 0 || qpn == wire.MulticastQPN {
+	if bth.TVer() != 0 || bth.PKey()&0x7fff != 0x7fff || qpn == 0 {
 		d.ctr.Inc(transport.RcvdDropped)
 		return
 	}
-	if qpn == GSIQPN {
+	switch qpn {
+	case GSIQPN:
 		d.gsiInput(&pkt, iphdr, src, dst)
+		return
+	case wire.MulticastQPN:
+		d.mcastInput(on, &pkt, tp, iphdr, src, dst, sport)
 		return
 	}
 	d.mu.RLock()
@@ -63,8 +67,15 @@ func (d *Device) ingress(on *worker, tp, iphdr []byte, src, dst gid.GID, sport u
 		}
 		return
 	}
+	d.toQP(on, q, &pkt, tp, iphdr, src, dst, sport)
+}
+
+// toQP checks the packet against its QP (rxe's check_type_state and
+// check_addr) and hands it over: on the QP's own worker (on) at once, in
+// the caller's buffer; else a copy goes to the QP's worker.
+func (d *Device) toQP(on *worker, q *QP, pkt *wire.Packet, tp, iphdr []byte, src, dst gid.GID, sport uint16) {
 	typ := q.tq.Type()
-	if bth.Opcode().Transport() != typeTransport(typ) {
+	if pkt.BTH.Opcode().Transport() != typeTransport(typ) {
 		q.tq.Counters().Inc(transport.RcvdDropped)
 		d.ctr.Inc(transport.RcvdDropped)
 		return
@@ -80,7 +91,7 @@ func (d *Device) ingress(on *worker, tp, iphdr []byte, src, dst gid.GID, sport u
 	}
 	request := pkt.Op.Flags&wire.FlagRequest != 0
 	if on != nil && q.w == on {
-		rx := transport.RxPacket{Packet: pkt, SrcGID: src, DstGID: dst, IPHeader: iphdr, SrcPort: sport}
+		rx := transport.RxPacket{Packet: *pkt, SrcGID: src, DstGID: dst, IPHeader: iphdr, SrcPort: sport}
 		on.handle(q, &rx, request)
 		return
 	}

@@ -62,6 +62,11 @@ func (o *output) send(pkts []transport.TxPacket) {
 			d.loopback(p.Buf[p.Headroom:], gid.GID(p.AV.SGID), gid.GID(p.AV.DGID), p.AV.TrafficClass, p.AV.HopLimit, p.SrcPort)
 			continue
 		}
+		if d.hasGroup(p.AV.DGID) {
+			// The device's own QPs in the group get it too, as the IP
+			// layer loops a multicast datagram back for kernel rxe.
+			d.loopback(p.Buf[p.Headroom:], gid.GID(p.AV.SGID), gid.GID(p.AV.DGID), p.AV.TrafficClass, p.AV.HopLimit, p.SrcPort)
+		}
 		sc.dests = append(sc.dests, netstack.Dest{
 			Src: netip.AddrFrom16(p.AV.SGID).Unmap(), Dst: netip.AddrFrom16(p.AV.DGID).Unmap(),
 			SrcPort: p.SrcPort, TrafficClass: p.AV.TrafficClass, HopLimit: p.AV.HopLimit,

@@ -71,6 +71,9 @@ type QPConfig struct {
 	Doorbell Doorbell // nil: the rings' producer calls NotifySend/NotifyRecv
 	OnEvent  func(transport.Event)
 	Owner    int // client pid
+	// BlockSelfMcastLB: the QP does not receive the multicast packets it
+	// sends itself (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
+	BlockSelfMcastLB bool
 }
 
 // QP is the device's QP (the nic layer): the engine's transport.QP, the
@@ -86,6 +89,8 @@ type QP struct {
 	owner int
 	onEv  func(transport.Event)
 	w     *worker
+
+	blockSelfMcast bool // QPConfig.BlockSelfMcastLB
 
 	// Set by anyone, taken by the worker (worker.markReady).
 	wantSend, wantRecv atomic.Bool
@@ -156,7 +161,8 @@ func (d *Device) newQP(cfg QPConfig) (*QP, error) {
 		return nil, err
 	}
 	qpn := d.allocQPN()
-	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent, w: d.workerFor(qpn)}
+	q := &QP{d: d, sq: cfg.SQ, rq: cfg.RQ, owner: cfg.Owner, onEv: cfg.OnEvent, w: d.workerFor(qpn),
+		blockSelfMcast: cfg.BlockSelfMcastLB}
 	q.psq, _ = cfg.SQ.(PolledSendSource)
 	tq, err := transport.NewQP(&q.w.env, transport.QPConfig{QPN: qpn, Type: cfg.Type, PD: cfg.PD, Cap: c,
 		SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ, SRQ: cfg.SRQ, SQSigAll: cfg.SQSigAll,
@@ -292,6 +298,7 @@ func (q *QP) Quiesce() {
 // it, and removes the QP from the device.
 func (q *QP) Destroy() {
 	q.stopOnce.Do(func() {
+		q.d.detachAll(q)
 		q.tq.Destroy()
 		q.w.run(call{f: func() {
 			q.tq.RunSend() // ERR: flush what is left

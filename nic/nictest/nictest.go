@@ -41,6 +41,12 @@ func (h *Host) GID() [16]byte { return gid.FromAddr(h.Addr) }
 // the daemon's datapath as configured.
 func Pair(t testing.TB, mtu int) (*Host, *Host) {
 	t.Helper()
+	return PairLimits(t, mtu, nic.Limits{})
+}
+
+// PairLimits is Pair with the devices' limits set (zero fields: defaults).
+func PairLimits(t testing.TB, mtu int, lim nic.Limits) (*Host, *Host) {
+	t.Helper()
 	ea, eb := link.Pipe(mtu)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -48,7 +54,8 @@ func Pair(t testing.TB, mtu int) (*Host, *Host) {
 	for i, l := range []*link.PipeEnd{ea, eb} {
 		addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 		gids := gid.New(l.HardwareAddr(), 0)
-		dev, err := nic.NewDevice(nic.Config{Name: "vrnic" + string(rune('0'+i)), MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids, BusyPoll: nic.DefaultBusyPoll})
+		dev, err := nic.NewDevice(nic.Config{Name: "vrnic" + string(rune('0'+i)), MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids, BusyPoll: nic.DefaultBusyPoll,
+			Limits: lim})
 		if err != nil {
 			t.Fatal(err)
 		}

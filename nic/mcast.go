@@ -1,0 +1,245 @@
+package nic
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// Kernel rxe's multicast limits (rxe_param.h), the defaults of Limits.
+const (
+	DefaultMaxMcastGrp           = 8192
+	DefaultMaxMcastQPAttach      = 56
+	DefaultMaxTotalMcastQPAttach = 0x70000
+)
+
+// Errors of multicast attach and detach.
+var (
+	// ErrNotAttached: detaching a QP from a group it is not a member of
+	// (rxe_detach_mcg: EINVAL).
+	ErrNotAttached = errors.New("nic: QP is not attached to that group")
+)
+
+// GroupMember is a port that can join IP multicast groups at the link
+// level (netstack.Stack): a snooping bridge forwards a group's frames only
+// to ports that joined it.
+type GroupMember interface {
+	JoinGroup(g netip.Addr) error
+	LeaveGroup(g netip.Addr) error
+}
+
+// mcastTable is the device's multicast groups: MGID to the QPs attached.
+// Readers (ingress, on any worker) load a snapshot; writers replace it
+// under mcast.mu, so the datapath takes no lock.
+type mcastTable map[gid.GID][]*QP
+
+type mcastState struct {
+	mu    sync.Mutex
+	tab   atomic.Pointer[mcastTable]
+	total int // QP attachments over all groups; +checklocks:mu
+}
+
+// IsMulticastGID reports whether g is a multicast GID: an IPv6 multicast
+// address, or an IPv4-mapped one whose IPv4 address is multicast (ib_core's
+// rdma_is_multicast_addr).
+func IsMulticastGID(g gid.GID) bool {
+	return netip.AddrFrom16(g).Unmap().IsMulticast()
+}
+
+// AttachMcast attaches the UD QP q to the multicast group mgid
+// (ibv_attach_mcast): from then on the QP receives the group's packets
+// sent to QPN 0xFFFFFF. The first QP of a group makes the port join it.
+// Attaching again is a no-op, as in rxe.
+func (d *Device) AttachMcast(q *QP, mgid gid.GID) error {
+	if err := checkMcast(q, mgid); err != nil {
+		return err
+	}
+	m := &d.mcast
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.load()
+	members := old[mgid]
+	if slices.Contains(members, q) {
+		return nil
+	}
+	if err := d.mcastRoom(len(old), len(members), m.total); err != nil {
+		return err
+	}
+	if members == nil {
+		if err := d.joinGroup(mgid); err != nil {
+			return err
+		}
+	}
+	next := maps.Clone(old)
+	if next == nil {
+		next = mcastTable{}
+	}
+	next[mgid] = append(slices.Clip(members), q)
+	m.tab.Store(&next)
+	m.total++
+	return nil
+}
+
+// DetachMcast detaches q from mgid (ibv_detach_mcast); the last QP out
+// makes the port leave the group.
+func (d *Device) DetachMcast(q *QP, mgid gid.GID) error {
+	if err := checkMcast(q, mgid); err != nil {
+		return err
+	}
+	m := &d.mcast
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !d.detachLocked(q, mgid) {
+		return fmt.Errorf("%w: QP %#x, group %v", ErrNotAttached, q.QPN(), mgid)
+	}
+	return nil
+}
+
+// detachAll takes q out of every group (its QP is being destroyed, as
+// uverbs detaches a QP's groups before destroying it).
+func (d *Device) detachAll(q *QP) {
+	m := &d.mcast
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for g, members := range m.load() {
+		if slices.Contains(members, q) {
+			d.detachLocked(q, g)
+		}
+	}
+}
+
+// +checklocks:d.mcast.mu
+func (d *Device) detachLocked(q *QP, mgid gid.GID) bool {
+	m := &d.mcast
+	old := m.load()
+	i := slices.Index(old[mgid], q)
+	if i < 0 {
+		return false
+	}
+	next := maps.Clone(old)
+	rest := slices.Delete(slices.Clone(old[mgid]), i, i+1)
+	if len(rest) == 0 {
+		delete(next, mgid)
+		d.leaveGroup(mgid)
+	} else {
+		next[mgid] = rest
+	}
+	m.tab.Store(&next)
+	m.total--
+	return true
+}
+
+func checkMcast(q *QP, mgid gid.GID) error {
+	if !IsMulticastGID(mgid) {
+		return fmt.Errorf("%w: %v is not a multicast GID", transport.ErrInvalid, mgid)
+	}
+	if q.tq.Type() != transport.QPTypeUD {
+		return fmt.Errorf("%w: only a UD QP joins a multicast group (QP %#x is %v)", transport.ErrInvalid, q.QPN(), q.tq.Type())
+	}
+	return nil
+}
+
+// mcastRoom checks the limits a new attachment must fit (rxe: ENOMEM past
+// each of them).
+func (d *Device) mcastRoom(groups, members, total int) error {
+	l := d.cfg.Limits
+	switch {
+	case members == 0 && groups >= l.MaxMcastGrp:
+		return fmt.Errorf("%w: %d multicast groups (max_mcast_grp)", ErrLimit, groups)
+	case members >= l.MaxMcastQPAttach:
+		return fmt.Errorf("%w: %d QPs in the group (max_mcast_qp_attach)", ErrLimit, members)
+	case total >= l.MaxTotalMcastQPAttach:
+		return fmt.Errorf("%w: %d multicast attachments (max_total_mcast_qp_attach)", ErrLimit, total)
+	}
+	return nil
+}
+
+func (m *mcastState) load() mcastTable {
+	if t := m.tab.Load(); t != nil {
+		return *t
+	}
+	return nil
+}
+
+// McastGroups lists the groups with their QPNs (for tools and tests).
+func (d *Device) McastGroups() map[gid.GID][]uint32 {
+	out := map[gid.GID][]uint32{}
+	for g, members := range d.mcast.load() {
+		for _, q := range members {
+			out[g] = append(out[g], q.QPN())
+		}
+		slices.Sort(out[g])
+	}
+	return out
+}
+
+// joinGroup makes the port a member of the group's IP address, if the port
+// can be one; a port attached later joins in Attach.
+func (d *Device) joinGroup(mgid gid.GID) error {
+	p := d.port.Load()
+	if p == nil {
+		return nil
+	}
+	if gm, ok := p.s.(GroupMember); ok {
+		if err := gm.JoinGroup(mgid.Addr()); err != nil {
+			return fmt.Errorf("nic: join %v on the port: %w", mgid.Addr(), err)
+		}
+	}
+	return nil
+}
+
+func (d *Device) leaveGroup(mgid gid.GID) {
+	p := d.port.Load()
+	if p == nil {
+		return
+	}
+	if gm, ok := p.s.(GroupMember); ok {
+		if err := gm.LeaveGroup(mgid.Addr()); err != nil {
+			d.log.Warn("leaving a multicast group on the port", "group", mgid.Addr(), "err", err)
+		}
+	}
+}
+
+// rejoinGroups makes a newly attached port a member of every group.
+func (d *Device) rejoinGroups() {
+	m := &d.mcast
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for g := range m.load() {
+		if err := d.joinGroup(g); err != nil {
+			d.log.Warn("joining a multicast group on the port", "group", g.Addr(), "err", err)
+		}
+	}
+}
+
+// mcastInput hands a packet sent to QPN 0xFFFFFF to every QP attached to
+// its destination group, each its own copy (rxe_rcv_mcast_pkt). A QP made
+// with BlockSelfMcastLB does not get what it sent itself.
+func (d *Device) mcastInput(on *worker, pkt *wire.Packet, tp, iphdr []byte, src, dst gid.GID, sport uint16) {
+	members := d.mcast.load()[dst]
+	if len(members) == 0 || pkt.BTH.Opcode().Transport() != wire.TransportUD {
+		d.ctr.Inc(transport.RcvdDropped)
+		return
+	}
+	self := d.isLocal(src)
+	for _, q := range members {
+		if self && q.blockSelfMcast && pkt.DETH != nil && pkt.DETH.SrcQP() == q.QPN() {
+			continue
+		}
+		d.toQP(on, q, pkt, tp, iphdr, src, dst, sport)
+	}
+}
+
+// hasGroup reports whether a QP of the device is attached to g: its own
+// multicast sends then loop back to them too.
+func (d *Device) hasGroup(g [16]byte) bool {
+	return len(d.mcast.load()[gid.GID(g)]) > 0
+}
