@@ -48,6 +48,7 @@ type DeviceAttr struct {
 	MaxMW, MaxAH, MaxSRQ, MaxSRQWR, MaxSRQSGE, MaxPKeys        uint32
 	LocalCAAckDelay, PhysPortCnt, MaxInlineData                uint32
 	MaxFastRegPageListLen                                      uint32
+	MaxMcastGrp, MaxMcastQPAttach, MaxTotalMcastQPAttach       uint32
 }
 
 type QueryPortReq struct{ Port uint32 }
@@ -173,8 +174,22 @@ type QPAttr struct {
 type CreateQPReq struct {
 	PD, SendCQ, RecvCQ, SRQ uint32
 	Type, SigAll            uint8
-	Reserved                uint16
+	Flags                   uint16 // CreateQP* (ibv_qp_create_flags' values)
 	Cap                     QPCap
+}
+
+// CreateQPReq.Flags: the ibv_qp_create_flags vrnicd has.
+const (
+	CreateQPBlockSelfMcastLB = 1 << 1 // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+)
+
+// McastReq attaches a UD QP to a multicast group or detaches it
+// (ibv_attach_mcast, ibv_detach_mcast); the LID is ignored on RoCE.
+type McastReq struct {
+	QP       uint32
+	LID      uint16
+	Reserved uint16
+	GID      [16]byte
 }
 
 // CreateQPResp carries the client's end of the QP's doorbell.
@@ -327,6 +342,8 @@ var Specs = map[Op]OpSpec{
 	OpRegMR:       spec(mk[RegMRReq](), mk[RegMRResp](), none, none),
 	OpRegMRSegs:   spec(mk[RegMRSegsReq](), mk[RegMRResp](), none, none),
 	OpImpair:      spec(mk[ImpairReq](), mk[ImpairResp](), none, none),
+	OpAttachMcast: spec(mk[McastReq](), mk[Empty](), none, none),
+	OpDetachMcast: spec(mk[McastReq](), mk[Empty](), none, none),
 	OpDeregMR:     spec(mk[HandleReq](), mk[Empty](), none, none),
 	OpAllocMR:     spec(mk[AllocMRReq](), mk[RegMRResp](), none, none),
 	OpAllocMW:     spec(mk[AllocMWReq](), mk[AllocMWResp](), none, none),

@@ -312,6 +312,9 @@ static int query_device(struct ibv_context *context, struct ibv_device_attr *out
 	out->atomic_cap = (enum ibv_atomic_cap)a.atomic_cap;
 	out->max_mw = (int)a.max_mw;
 	out->max_ah = (int)a.max_ah;
+	out->max_mcast_grp = (int)a.max_mcast_grp;
+	out->max_mcast_qp_attach = (int)a.max_mcast_qp_attach;
+	out->max_total_mcast_qp_attach = (int)a.max_total_mcast_qp_attach;
 	out->max_srq = (int)a.max_srq;
 	out->max_srq_wr = (int)a.max_srq_wr;
 	out->max_srq_sge = (int)a.max_srq_sge;

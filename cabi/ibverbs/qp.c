@@ -82,6 +82,7 @@ struct vrn_qp *vrn_qp_new(struct ibv_context *context, struct ibv_qp_init_attr_e
 		.srq = a->srq ? container_of(a->srq, struct vrn_srq, srq)->handle : 0,
 		.type = (uint8_t)a->qp_type,
 		.sig_all = a->sq_sig_all ? 1 : 0,
+		.flags = (a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? (uint16_t)a->create_flags : 0,
 		.cap = {.max_send_wr = cap->max_send_wr, .max_recv_wr = a->srq ? 0 : cap->max_recv_wr,
 			.max_send_sge = cap->max_send_sge, .max_recv_sge = a->srq ? 0 : cap->max_recv_sge,
 			.max_inline_data = cap->max_inline_data},
@@ -147,10 +148,18 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	return &q->qp;
 }
 
+/* The daemon's creation flag has ibverbs' value: it passes through. */
+_Static_assert(VRN_CREATE_QP_BLOCK_SELF_MCAST_LB == IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, "create flag");
+
 struct ibv_qp *vrn_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
 {
-	if (a->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-		errno = EOPNOTSUPP; /* XRC domains, RSS, TSO, creation flags: none here */
+	if (a->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
+		errno = EOPNOTSUPP; /* XRC domains, RSS, TSO: none here */
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+	    (a->create_flags & ~(uint32_t)IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)) {
+		errno = EOPNOTSUPP; /* scatter FCS, CVLAN stripping, padding, ...: not here */
 		return NULL;
 	}
 	struct vrn_qp *q = vrn_qp_new(context, a);
@@ -451,18 +460,26 @@ int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_
 	return flags ? 0 : 1;
 }
 
-/* UD multicast is not in vrnicd yet (max_mcast_grp 0): attaching fails as
- * on a device without it. */
+/* ibv_attach_mcast / ibv_detach_mcast: the daemon checks the GID (multicast)
+ * and the QP (UD) as ib_core does; the LID means nothing on RoCE. */
+static int mcast_call(struct ibv_qp *qp, uint16_t op, const union ibv_gid *gid, uint16_t lid)
+{
+	if (!qp || !gid)
+		return EINVAL;
+	struct vrn_qp *q = container_of(qp, struct vrn_qp, qp);
+	struct vrn_mcast_req req = {.qp = q->handle, .lid = lid};
+	memcpy(req.gid, gid->raw, sizeof(req.gid));
+	return vrn_call(to_vctx(qp->context), op, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0, NULL);
+}
+
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast_call(qp, VRN_OP_ATTACH_MCAST, gid, lid);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast_call(qp, VRN_OP_DETACH_MCAST, gid, lid);
 }
 
 /* Enhanced connection establishment: a device without it answers

@@ -19,6 +19,7 @@
 #define VRN_PORT_SPACE_UDP 273
 #define VRN_MAX_REG_MR_SEGS 256
 #define VRN_CM_MANUAL_QP 1
+#define VRN_CREATE_QP_BLOCK_SELF_MCAST_LB 2
 
 #define VRN_OP_HELLO 1
 #define VRN_OP_QUERY_DEVICE 2
@@ -56,6 +57,8 @@
 #define VRN_OP_LIST_CM 34
 #define VRN_OP_REG_MR_SEGS 35
 #define VRN_OP_IMPAIR 36
+#define VRN_OP_ATTACH_MCAST 37
+#define VRN_OP_DETACH_MCAST 38
 #define VRN_OP_CM_LISTEN 64
 #define VRN_OP_CM_UNLISTEN 65
 #define VRN_OP_CM_CONNECT 66
@@ -408,7 +411,7 @@ struct vrn_create_qp_req {
 	uint32_t srq; /* @12 */
 	uint8_t type; /* @16 */
 	uint8_t sig_all; /* @17 */
-	uint16_t reserved; /* @18 */
+	uint16_t flags; /* @18 */
 	struct vrn_qp_cap cap; /* @20 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_create_qp_req) == 40, "vrn_create_qp_req");
@@ -469,8 +472,11 @@ struct vrn_device_attr {
 	uint32_t phys_port_cnt; /* @164 */
 	uint32_t max_inline_data; /* @168 */
 	uint32_t max_fast_reg_page_list_len; /* @172 */
+	uint32_t max_mcast_grp; /* @176 */
+	uint32_t max_mcast_qp_attach; /* @180 */
+	uint32_t max_total_mcast_qp_attach; /* @184 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_device_attr) == 176, "vrn_device_attr");
+_Static_assert(sizeof(struct vrn_device_attr) == 188, "vrn_device_attr");
 
 struct vrn_handle_req {
 	uint32_t handle; /* @0 */
@@ -592,6 +598,14 @@ struct vrn_map_mem_resp {
 	uint64_t size; /* @4 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_map_mem_resp) == 12, "vrn_map_mem_resp");
+
+struct vrn_mcast_req {
+	uint32_t qp; /* @0 */
+	uint16_t lid; /* @4 */
+	uint16_t reserved; /* @6 */
+	uint8_t gid[16]; /* @8 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_mcast_req) == 24, "vrn_mcast_req");
 
 struct vrn_qp_attr {
 	uint8_t state; /* @0 */

@@ -91,17 +91,19 @@ type cqObj struct {
 }
 
 type qpObj struct {
-	qp       atomic.Pointer[nic.QP]
-	pd       uint32
-	typ      transport.QPType
-	sigAll   bool
-	cap      transport.QPCap
-	scq, rcq *cqObj
-	srq      *srqObj
-	sqm, rqm *shm.Mapping
-	sq       *ring.SendQueue
-	swept    uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
-	heap     int64  // daemon memory charged for it (qpHeapBytes)
+	qp     atomic.Pointer[nic.QP]
+	pd     uint32
+	typ    transport.QPType
+	sigAll bool
+	cap    transport.QPCap
+	// blockSelfMcast: created with BLOCK_SELF_MCAST_LB
+	blockSelfMcast bool
+	scq, rcq       *cqObj
+	srq            *srqObj
+	sqm, rqm       *shm.Mapping
+	sq             *ring.SendQueue
+	swept          uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
+	heap           int64  // daemon memory charged for it (qpHeapBytes)
 }
 
 type srqObj struct {

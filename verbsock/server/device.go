@@ -18,6 +18,7 @@ func (c *conn) queryDevice() *verbsock.DeviceAttr {
 		AtomicCap: uint32(a.AtomicCap), MaxMW: uint32(a.MaxMW), MaxAH: uint32(a.MaxAH), MaxSRQ: uint32(a.MaxSRQ),
 		MaxSRQWR: a.MaxSRQWR, MaxSRQSGE: a.MaxSRQSGE, MaxPKeys: uint32(a.MaxPKeys), LocalCAAckDelay: uint32(a.LocalCAAckDelay),
 		PhysPortCnt: uint32(a.PhysPortCnt), MaxInlineData: a.MaxInlineData, MaxFastRegPageListLen: uint32(c.s.cfg.MaxFastRegPages),
+		MaxMcastGrp: uint32(a.MaxMcastGrp), MaxMcastQPAttach: uint32(a.MaxMcastQPAttach), MaxTotalMcastQPAttach: uint32(a.MaxTotalMcastQPAttach),
 	}
 	copy(r.FWVer[:], a.FWVer)
 	return r

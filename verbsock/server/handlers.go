@@ -93,7 +93,9 @@ var handlers = map[verbsock.Op]handler{
 	verbsock.OpCapture: func(c *conn, req any, _ []int) (any, []int, error) {
 		return c.capture(req.(*verbsock.CaptureReq))
 	},
-	verbsock.OpImpair: reply((*conn).impair),
+	verbsock.OpImpair:      reply((*conn).impair),
+	verbsock.OpAttachMcast: done((*conn).attachMcast),
+	verbsock.OpDetachMcast: done((*conn).detachMcast),
 }
 
 // withFDs adapts a handler that takes the request's descriptors and

@@ -55,7 +55,8 @@ func (c *conn) createQP(r *verbsock.CreateQPReq, fds []int) (any, []int, error) 
 		return nil, nil, err
 	}
 	typ := transport.QPType(r.Type)
-	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq}
+	o := &qpObj{pd: r.PD, typ: typ, sigAll: r.SigAll == 1, cap: cp, scq: scq, rcq: rcq, srq: srq,
+		blockSelfMcast: r.Flags&verbsock.CreateQPBlockSelfMcastLB != 0}
 	bfd := -1 // the client's end of the doorbell
 	o.heap = qpHeapBytes(cp, srq != nil, typ, c.s.cfg.MaxFastRegPages)
 	if err := c.chargeBytes(o.heap); err != nil {
@@ -112,8 +113,12 @@ func checkQPReq(r *verbsock.CreateQPReq) error {
 	default:
 		return errf(syscall.EINVAL, "QP type %d (RC 2, UC 3, UD 4)", r.Type)
 	}
-	if r.SigAll > 1 || r.Reserved != 0 {
+	if r.SigAll > 1 {
 		return errf(syscall.EINVAL, "sq_sig_all %d", r.SigAll)
+	}
+	if r.Flags&^verbsock.CreateQPBlockSelfMcastLB != 0 {
+		return errf(syscall.EOPNOTSUPP, "QP creation flags %#x (vrnicd has BLOCK_SELF_MCAST_LB, %#x)", r.Flags,
+			verbsock.CreateQPBlockSelfMcastLB)
 	}
 	return nil
 }
@@ -180,7 +185,8 @@ func (c *conn) qpConfig(o *qpObj, p *pdObj, h, sqN, rqN uint32) (nic.QPConfig, e
 	}
 	o.sq = sq
 	cfg := nic.QPConfig{Type: o.typ, PD: p.pd, Cap: cp, SendCQ: o.scq.cq, RecvCQ: o.rcq.cq, SQSigAll: o.sigAll, SQ: sq,
-		Owner: c.pid, OnEvent: func(ev transport.Event) { c.event(verbsock.EventMsg{Type: eventType(ev), Handle: h}) }}
+		Owner: c.pid, OnEvent: func(ev transport.Event) { c.event(verbsock.EventMsg{Type: eventType(ev), Handle: h}) },
+		BlockSelfMcastLB: o.blockSelfMcast}
 	if o.srq != nil {
 		cfg.SRQ = o.srq.srq
 	} else {

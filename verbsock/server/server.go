@@ -43,6 +43,8 @@ type Device interface {
 	CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*transport.SRQ, error)
 	DestroySRQ(s *transport.SRQ) error
 	ResolveAH(av *transport.AddressVector) error
+	AttachMcast(q *nic.QP, mgid gid.GID) error
+	DetachMcast(q *nic.QP, mgid gid.GID) error
 }
 
 var _ Device = (*nic.Device)(nil)

@@ -98,6 +98,14 @@ type side struct {
 
 func newSide(t testing.TB, d *verbs.Device, h *nictest.Host, typ verbs.QPType, srq *verbs.SRQ, pd *verbs.PD) *side {
 	t.Helper()
+	return newSideInit(t, d, h, typ, srq, pd, nil)
+}
+
+// newSideInit is newSide with init, if not nil, changing the QP's
+// creation attributes.
+func newSideInit(t testing.TB, d *verbs.Device, h *nictest.Host, typ verbs.QPType, srq *verbs.SRQ, pd *verbs.PD,
+	init func(*verbs.QPInitAttr)) *side {
+	t.Helper()
 	s := &side{d: d, pd: pd, gidx: h.GIDIndex(), gid: verbs.GID(h.GID())}
 	var err error
 	if s.pd == nil {
@@ -118,8 +126,12 @@ func newSide(t testing.TB, d *verbs.Device, h *nictest.Host, typ verbs.QPType, s
 		verbs.AccessRemoteAtomic|verbs.AccessMWBind); err != nil {
 		t.Fatal(err)
 	}
-	if s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: s.scq, RecvCQ: s.rcq, SRQ: srq,
-		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}}); err != nil {
+	ia := verbs.QPInitAttr{Type: typ, SendCQ: s.scq, RecvCQ: s.rcq, SRQ: srq,
+		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}}
+	if init != nil {
+		init(&ia)
+	}
+	if s.qp, err = s.pd.CreateQP(ia); err != nil {
 		t.Fatal(err)
 	}
 	return s

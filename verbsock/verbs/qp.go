@@ -22,6 +22,10 @@ type QPInitAttr struct {
 	SRQ      *SRQ // nil: the QP has its own receive queue
 	Cap      QPCap
 	SQSigAll bool // every send WR completes signalled
+	// BlockSelfMcastLB: the QP does not receive the multicast messages it
+	// sends itself (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB); other QPs of the
+	// device in the group still do.
+	BlockSelfMcastLB bool
 }
 
 // QP is a client's queue pair (ibv_qp), a handle to the daemon's nic.QP,
@@ -100,6 +104,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SQSigAll {
 		req.SigAll = 1
 	}
+	if attr.BlockSelfMcastLB {
+		req.Flags |= verbsock.CreateQPBlockSelfMcastLB
+	}
 	var resp verbsock.CreateQPResp
 	rfds, err := d.call(op, req, fds, &resp)
 	if err != nil {
@@ -167,6 +174,26 @@ func (q *QP) Destroy() error {
 	q.release()
 	return nil
 }
+
+// AttachMcast attaches the UD QP to the multicast group mgid
+// (ibv_attach_mcast): it then receives the group's messages sent to QPN
+// 0xFFFFFF (MulticastQPN) with its Q_Key. EINVAL for a GID that is not
+// multicast or a QP that is not UD; ENOMEM past the device's limits.
+// Attaching twice is no error. The device joins the IP group on its link.
+func (q *QP) AttachMcast(mgid GID) error {
+	_, err := q.d.call(verbsock.OpAttachMcast, &verbsock.McastReq{QP: q.h, GID: mgid}, nil, &verbsock.Empty{})
+	return err
+}
+
+// DetachMcast detaches the QP from mgid (ibv_detach_mcast); EINVAL if it
+// is not attached. Destroying a QP detaches it from every group.
+func (q *QP) DetachMcast(mgid GID) error {
+	_, err := q.d.call(verbsock.OpDetachMcast, &verbsock.McastReq{QP: q.h, GID: mgid}, nil, &verbsock.Empty{})
+	return err
+}
+
+// MulticastQPN is the destination QPN of a message to a multicast group.
+const MulticastQPN = 0xFFFFFF
 
 func (q *QP) release() {
 	q.sqMu.Lock()

@@ -316,6 +316,8 @@ type DeviceAttr struct {
 	MaxSRQ, MaxSRQWR, MaxSRQSGE, MaxPKeys       uint32
 	LocalCAAckDelay, PhysPortCnt, MaxInlineData uint32
 	MaxFastRegPageListLen                       uint32
+	MaxMcastGrp, MaxMcastQPAttach               uint32
+	MaxTotalMcastQPAttach                       uint32
 }
 
 func deviceAttr(w *verbsock.DeviceAttr) DeviceAttr {
@@ -328,6 +330,7 @@ func deviceAttr(w *verbsock.DeviceAttr) DeviceAttr {
 		AtomicCap: w.AtomicCap, MaxMW: w.MaxMW, MaxAH: w.MaxAH, MaxSRQ: w.MaxSRQ, MaxSRQWR: w.MaxSRQWR,
 		MaxSRQSGE: w.MaxSRQSGE, MaxPKeys: w.MaxPKeys, LocalCAAckDelay: w.LocalCAAckDelay, PhysPortCnt: w.PhysPortCnt,
 		MaxInlineData: w.MaxInlineData, MaxFastRegPageListLen: w.MaxFastRegPageListLen,
+		MaxMcastGrp: w.MaxMcastGrp, MaxMcastQPAttach: w.MaxMcastQPAttach, MaxTotalMcastQPAttach: w.MaxTotalMcastQPAttach,
 	}
 }
 

@@ -54,6 +54,7 @@ func Generate() []byte {
 		{Name: "CQ_WITH_EVENTS", Value: int(verbsock.CQWithEvents)}, {Name: "EVENT_LOST", Value: int(verbsock.EventLost)},
 		{Name: "PORT_SPACE_UDP", Value: verbsock.PortSpaceUDP}, {Name: "MAX_REG_MR_SEGS", Value: verbsock.MaxRegMRSegs},
 		{Name: "CM_MANUAL_QP", Value: verbsock.CMManualQP},
+		{Name: "CREATE_QP_BLOCK_SELF_MCAST_LB", Value: verbsock.CreateQPBlockSelfMcastLB},
 	}
 	writeConsts(&b, consts)
 	var ops []ring.Const

@@ -1,0 +1,121 @@
+package verbs_test
+
+import (
+	"errors"
+	"net/netip"
+	"syscall"
+	"testing"
+
+	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
+)
+
+const mcQKey = 0x01234567 // rdma_cm's multicast Q_Key (RDMA_UDP_QKEY)
+
+func mcastGID(s string) verbs.GID { return verbs.GID(gid.FromAddr(netip.MustParseAddr(s))) }
+
+// sendToGroup posts one message from s to the group and waits for its
+// completion.
+func sendToGroup(t *testing.T, s *side, ah *verbs.AH, id uint64, payload string) {
+	t.Helper()
+	copy(s.buf.Bytes()[8192:], payload)
+	if err := s.qp.PostSend(verbs.SendWR{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, AH: ah,
+		RemoteQPN: verbs.MulticastQPN, RemoteQKey: mcQKey, SGL: []verbs.SGE{s.mr.SGE(8192, uint64(len(payload)))}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollN(t, s.scq, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("multicast send %+v", wc)
+	}
+}
+
+// Through the socket: ibv_attach_mcast's errors (ib_core's and rxe's),
+// the device's advertised limits, and a message to the group reaching
+// every attached QP of the client, the sender's own too.
+func TestMcastThroughSocket(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	attr, err := d.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attr.MaxMcastGrp != 8192 || attr.MaxMcastQPAttach != 56 || attr.MaxTotalMcastQPAttach != 0x70000 {
+		t.Errorf("multicast limits %d/%d/%#x, want kernel rxe's 8192/56/0x70000", attr.MaxMcastGrp, attr.MaxMcastQPAttach,
+			attr.MaxTotalMcastQPAttach)
+	}
+	g := mcastGID("239.1.1.1")
+	rc := newSide(t, d, e.host, verbs.QPTypeRC, nil, nil)
+	if err := rc.qp.AttachMcast(g); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("attach an RC QP: %v, want EINVAL", err)
+	}
+	a := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	b := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	udReady(t, a, mcQKey)
+	udReady(t, b, mcQKey)
+	if err := a.qp.AttachMcast(verbs.GID(e.host.GID())); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("attach to a unicast GID: %v, want EINVAL", err)
+	}
+	if err := a.qp.DetachMcast(g); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("detach from a group not joined: %v, want EINVAL", err)
+	}
+	for _, s := range []*side{a, b} {
+		if err := s.qp.AttachMcast(g); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{s.mr.SGE(0, 40+512)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: g, SGIDIndex: a.gidx, HopLimit: 64, Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendToGroup(t, a, ah, 5, "to the group")
+	for i, s := range []*side{a, b} {
+		wc := pollN(t, s.rcq, 1)[0]
+		if wc.Status != verbs.WCSuccess || wc.ByteLen != 40+12 || wc.SrcQP != a.qp.QPN() || wc.Flags&verbs.WCWithGRH == 0 {
+			t.Errorf("QP %d: receive %+v", i, wc)
+		}
+		if got := string(s.buf.Bytes()[40:52]); got != "to the group" {
+			t.Errorf("QP %d: payload %q", i, got)
+		}
+	}
+	if err := b.qp.Destroy(); err != nil { // detaches it
+		t.Fatal(err)
+	}
+	if err := a.qp.DetachMcast(g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BLOCK_SELF_MCAST_LB through the socket: the blocking QP's own message
+// does not come back to it; the group's other QP gets it.
+func TestMcastBlockSelfThroughSocket(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	a := newSideInit(t, d, e.host, verbs.QPTypeUD, nil, nil, func(ia *verbs.QPInitAttr) { ia.BlockSelfMcastLB = true })
+	b := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	g := mcastGID("239.2.2.2")
+	for _, s := range []*side{a, b} {
+		udReady(t, s, mcQKey)
+		if err := s.qp.AttachMcast(g); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{s.mr.SGE(0, 40+512)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah, err := a.pd.CreateAH(verbs.AHAttr{DGID: g, SGIDIndex: a.gidx, HopLimit: 64, Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendToGroup(t, a, ah, 1, "not to myself")
+	if wc := pollN(t, b.rcq, 1)[0]; wc.Status != verbs.WCSuccess || wc.SrcQP != a.qp.QPN() {
+		t.Errorf("the group's other QP: %+v", wc)
+	}
+	e.host.Dev.Sync()
+	var wc [1]verbs.WC
+	if n := a.rcq.Poll(wc[:]); n != 0 {
+		t.Errorf("the blocking QP received its own message (%d completions)", n)
+	}
+}
