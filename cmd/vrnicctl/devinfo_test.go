@@ -81,9 +81,9 @@ const devinfoWant = `hca_id:	vrnic0
 	max_mw:				524287
 	max_raw_ipv6_qp:		0
 	max_raw_ethy_qp:		0
-	max_mcast_grp:			0
-	max_mcast_qp_attach:		0
-	max_total_mcast_qp_attach:	0
+	max_mcast_grp:			8192
+	max_mcast_qp_attach:		56
+	max_total_mcast_qp_attach:	458752
 	max_ah:				32767
 	max_fmr:			0
 	max_srq:			16384
