@@ -42,9 +42,13 @@ type GroupMember interface {
 type mcastTable map[gid.GID][]*QP
 
 type mcastState struct {
-	mu    sync.Mutex
-	tab   atomic.Pointer[mcastTable]
-	total int // QP attachments over all groups; +checklocks:mu
+	mu  sync.Mutex
+	tab atomic.Pointer[mcastTable]
+	// total counts QP attachments over all groups.
+	total int // +checklocks:mu
+	// port counts, per group, why the port is a member: one for a group
+	// with QPs attached, one per HoldGroup (an rdma_cm join).
+	port map[gid.GID]int // +checklocks:mu
 }
 
 // IsMulticastGID reports whether g is a multicast GID: an IPv6 multicast
@@ -70,11 +74,11 @@ func (d *Device) AttachMcast(q *QP, mgid gid.GID) error {
 	if slices.Contains(members, q) {
 		return nil
 	}
-	if err := d.mcastRoom(len(old), len(members), m.total); err != nil {
+	if err := d.mcastRoom(len(m.port), m.port[mgid] > 0, len(members), m.total); err != nil {
 		return err
 	}
 	if members == nil {
-		if err := d.joinGroup(mgid); err != nil {
+		if err := d.holdLocked(mgid); err != nil {
 			return err
 		}
 	}
@@ -128,7 +132,7 @@ func (d *Device) detachLocked(q *QP, mgid gid.GID) bool {
 	rest := slices.Delete(slices.Clone(old[mgid]), i, i+1)
 	if len(rest) == 0 {
 		delete(next, mgid)
-		d.leaveGroup(mgid)
+		d.releaseLocked(mgid)
 	} else {
 		next[mgid] = rest
 	}
@@ -147,12 +151,65 @@ func checkMcast(q *QP, mgid gid.GID) error {
 	return nil
 }
 
+// HoldGroup makes the port a member of the group without a QP in it (an
+// rdma_cm join: the kernel's cma_igmp_send); ReleaseGroup ends it. The
+// group counts against max_mcast_grp while held.
+func (d *Device) HoldGroup(mgid gid.GID) error {
+	if !IsMulticastGID(mgid) {
+		return fmt.Errorf("%w: %v is not a multicast GID", transport.ErrInvalid, mgid)
+	}
+	m := &d.mcast
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := d.mcastRoom(len(m.port), m.port[mgid] > 0, 0, 0); err != nil {
+		return err
+	}
+	return d.holdLocked(mgid)
+}
+
+// ReleaseGroup undoes one HoldGroup.
+func (d *Device) ReleaseGroup(mgid gid.GID) {
+	m := &d.mcast
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.port[mgid] > 0 {
+		d.releaseLocked(mgid)
+	}
+}
+
+// holdLocked counts one more reason for the port to be in the group; the
+// first joins it on the link.
+// +checklocks:d.mcast.mu
+func (d *Device) holdLocked(mgid gid.GID) error {
+	m := &d.mcast
+	if m.port[mgid] == 0 {
+		if err := d.joinGroup(mgid); err != nil {
+			return err
+		}
+	}
+	if m.port == nil {
+		m.port = map[gid.GID]int{}
+	}
+	m.port[mgid]++
+	return nil
+}
+
+// +checklocks:d.mcast.mu
+func (d *Device) releaseLocked(mgid gid.GID) {
+	m := &d.mcast
+	if m.port[mgid]--; m.port[mgid] <= 0 {
+		delete(m.port, mgid)
+		d.leaveGroup(mgid)
+	}
+}
+
 // mcastRoom checks the limits a new attachment must fit (rxe: ENOMEM past
-// each of them).
-func (d *Device) mcastRoom(groups, members, total int) error {
+// each of them): groups is how many the port is in, known whether mgid is
+// one of them.
+func (d *Device) mcastRoom(groups int, known bool, members, total int) error {
 	l := d.cfg.Limits
 	switch {
-	case members == 0 && groups >= l.MaxMcastGrp:
+	case !known && groups >= l.MaxMcastGrp:
 		return fmt.Errorf("%w: %d multicast groups (max_mcast_grp)", ErrLimit, groups)
 	case members >= l.MaxMcastQPAttach:
 		return fmt.Errorf("%w: %d QPs in the group (max_mcast_qp_attach)", ErrLimit, members)
@@ -213,7 +270,7 @@ func (d *Device) rejoinGroups() {
 	m := &d.mcast
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for g := range m.load() {
+	for g := range m.port {
 		if err := d.joinGroup(g); err != nil {
 			d.log.Warn("joining a multicast group on the port", "group", g.Addr(), "err", err)
 		}

@@ -229,3 +229,54 @@ func TestMcastUnjoinedGroupDropped(t *testing.T) {
 		t.Errorf("rcvd_dropped %d → %d for a send that never looped back", before, got)
 	}
 }
+
+// groupPort is a port that records its IP group memberships.
+type groupPort struct {
+	nic.Sender
+	joins, leaves []netip.Addr
+}
+
+func (p *groupPort) JoinGroup(g netip.Addr) error  { p.joins = append(p.joins, g); return nil }
+func (p *groupPort) LeaveGroup(g netip.Addr) error { p.leaves = append(p.leaves, g); return nil }
+
+// The port is in a group while a QP is attached or an rdma_cm join holds
+// it: it joins on the first reason and leaves after the last, once each.
+func TestMcastPortMembership(t *testing.T) {
+	ha, _ := nictest.Pair(t, 1500)
+	port := &groupPort{Sender: ha.Stack}
+	ha.Dev.Attach(port)
+	a, b := udSide(t, ha, mcQKey, nil), udSide(t, ha, mcQKey, nil)
+	g := mgid.Addr()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ha.Dev.AttachMcast(a.qp, mgid))
+	must(ha.Dev.AttachMcast(b.qp, mgid))
+	must(ha.Dev.HoldGroup(mgid))
+	if len(port.joins) != 1 || port.joins[0] != g {
+		t.Errorf("joins %v, want one of %v", port.joins, g)
+	}
+	must(ha.Dev.DetachMcast(a.qp, mgid))
+	b.qp.Destroy()
+	if len(port.leaves) != 0 {
+		t.Errorf("left %v while an rdma_cm join holds the group", port.leaves)
+	}
+	ha.Dev.ReleaseGroup(mgid)
+	ha.Dev.ReleaseGroup(mgid) // one too many: nothing
+	if len(port.leaves) != 1 || port.leaves[0] != g {
+		t.Errorf("leaves %v, want one of %v", port.leaves, g)
+	}
+	if err := ha.Dev.HoldGroup(gid.FromAddr(netip.MustParseAddr("192.0.2.5"))); !errors.Is(err, transport.ErrInvalid) {
+		t.Errorf("hold a unicast address: %v, want EINVAL", err)
+	}
+	// A port attached later joins what is held.
+	must(ha.Dev.HoldGroup(mgid))
+	later := &groupPort{Sender: ha.Stack}
+	ha.Dev.Attach(later)
+	if len(later.joins) != 1 {
+		t.Errorf("a new port joined %v, want the held group", later.joins)
+	}
+}
