@@ -26,6 +26,8 @@ const (
 	OpCMMigrate          Op = 0x4D // rdma_migrate_id: an object's events go to another channel
 	OpCMResolveAddrAsync Op = 0x4E // rdma_resolve_addr answered by an event
 	OpCMEstablish        Op = 0x4F // rdma_establish: the RTU of a CMManualQP connection
+	OpCMJoin             Op = 0x50 // rdma_join_multicast
+	OpCMLeave            Op = 0x51 // rdma_leave_multicast
 )
 
 var cmOpNames = map[Op]string{
@@ -33,7 +35,7 @@ var cmOpNames = map[Op]string{
 	OpCMReject: "cm_reject", OpCMDisconnect: "cm_disconnect", OpCMDestroy: "cm_destroy", OpCMEvent: "cm_event",
 	OpCMResolveUD: "cm_resolve_ud", OpCMAcceptUD: "cm_accept_ud", OpCMResolveAddr: "cm_resolve_addr",
 	OpCMChannel: "cm_channel", OpCMCloseChannel: "cm_close_channel", OpCMMigrate: "cm_migrate",
-	OpCMResolveAddrAsync: "cm_resolve_addr_async", OpCMEstablish: "cm_establish",
+	OpCMResolveAddrAsync: "cm_resolve_addr_async", OpCMEstablish: "cm_establish", OpCMJoin: "cm_join", OpCMLeave: "cm_leave",
 }
 
 // Private data sizes rdma_cm gives its consumers over IB/RoCE (cma.c):
@@ -201,6 +203,36 @@ type CMResolveAddrAsyncReq struct {
 	Src       [16]byte
 }
 
+// CMJoinReq is rdma_join_multicast_ex on RoCEv2: Group an IPv4 multicast
+// address (IPv6: the kernel's ENOTSUPP, errno 524), Src the source (zero:
+// the port's IPv4 address), Flags rdma_cm's join flags (CMJoinSendOnly: a
+// send-only full member, which the port does not join on the link).
+type CMJoinReq struct {
+	Group [16]byte
+	Src   [16]byte
+	Flags uint32
+	_     uint32
+}
+
+// CMJoin* are CMJoinReq.Flags (enum rdma_cm_mc_join_flags).
+const (
+	CMJoinFullMember = 0
+	CMJoinSendOnly   = 1
+)
+
+// CMJoinResp is the join: its handle for cm_leave and what its
+// MULTICAST_JOIN event gives (event->param.ud): the path to the group in
+// AH (its DGID the MGID), QPN 0xFFFFFF and the Q_Key.
+type CMJoinResp struct {
+	Handle uint32
+	QPN    uint32
+	QKey   uint32
+	_      uint32
+	MGID   [16]byte
+	Local  [16]byte
+	AH     AV
+}
+
 // CMEventType is enum rdma_cm_event_type.
 type CMEventType uint32
 
@@ -285,6 +317,8 @@ func init() {
 		OpCMMigrate:          spec(mk[CMMigrateReq](), mk[Empty](), none, none),
 		OpCMResolveAddrAsync: spec(mk[CMResolveAddrAsyncReq](), mk[Empty](), none, none),
 		OpCMEstablish:        spec(mk[HandleReq](), mk[Empty](), none, none),
+		OpCMJoin:             spec(mk[CMJoinReq](), mk[CMJoinResp](), none, none),
+		OpCMLeave:            spec(mk[HandleReq](), mk[Empty](), none, none),
 	} {
 		s.Name = cmOpNames[op]
 		Specs[op] = s

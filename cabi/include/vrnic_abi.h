@@ -75,6 +75,8 @@
 #define VRN_OP_CM_MIGRATE 77
 #define VRN_OP_CM_RESOLVE_ADDR_ASYNC 78
 #define VRN_OP_CM_ESTABLISH 79
+#define VRN_OP_CM_JOIN 80
+#define VRN_OP_CM_LEAVE 81
 
 #define VRN_RING_HEADER_SIZE 256
 #define VRN_RING_OFF_MAGIC 0
@@ -291,6 +293,25 @@ struct vrn_cm_connect_resp {
 	uint32_t conn; /* @0 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_cm_connect_resp) == 4, "vrn_cm_connect_resp");
+
+struct vrn_cm_join_req {
+	uint8_t group[16]; /* @0 */
+	uint8_t src[16]; /* @16 */
+	uint32_t flags; /* @32 */
+	uint32_t reserved_36; /* @36 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_join_req) == 40, "vrn_cm_join_req");
+
+struct vrn_cm_join_resp {
+	uint32_t handle; /* @0 */
+	uint32_t qpn; /* @4 */
+	uint32_t qkey; /* @8 */
+	uint32_t reserved_12; /* @12 */
+	uint8_t mgid[16]; /* @16 */
+	uint8_t local[16]; /* @32 */
+	struct vrn_av ah; /* @48 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_cm_join_resp) == 92, "vrn_cm_join_resp");
 
 struct vrn_cm_listen_req {
 	uint64_t context; /* @0 */

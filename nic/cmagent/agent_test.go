@@ -256,6 +256,15 @@ func TestResolveAddr(t *testing.T) {
 	if _, err := a.ag.ResolveAddr(ctx, netip.Addr{}, netip.AddrFrom16(hb.Addr.As16()), 0); err != nil {
 		t.Errorf("IPv4-mapped destination: %v", err)
 	}
+	// A multicast group resolves at once, with no neighbour to ask (the
+	// kernel's rdma_resolve_addr does; mckey resolves its group first).
+	group := netip.MustParseAddr("239.1.2.3")
+	if r, err := a.ag.ResolveAddr(ctx, netip.Addr{}, group, 0); err != nil || r.Src != ha.Addr || r.Dst != group {
+		t.Errorf("multicast group: %+v, %v; want source %v", r, err, ha.Addr)
+	}
+	if ha.Dev.NeighborKnown(group) {
+		t.Error("resolving a group made a neighbour entry")
+	}
 	for _, c := range []struct {
 		name     string
 		src, dst netip.Addr
@@ -263,7 +272,6 @@ func TestResolveAddr(t *testing.T) {
 	}{
 		{"source not ours", hb.Addr, hb.Addr, cmagent.ErrAddr},
 		{"IPv4 source, IPv6 destination", ha.Addr, netip.MustParseAddr("2001:db8::1"), cmagent.ErrFamily},
-		{"multicast", netip.Addr{}, netip.MustParseAddr("224.0.0.1"), cmagent.ErrInvalidDst},
 		{"unspecified", netip.Addr{}, netip.IPv4Unspecified(), cmagent.ErrInvalidDst},
 		{"none", netip.Addr{}, netip.Addr{}, cmagent.ErrInvalidDst},
 	} {

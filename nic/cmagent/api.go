@@ -158,8 +158,10 @@ type ResolvedAddr struct {
 // address (ARP or ND) as Connect does first, for at most timeout (0 or
 // more than Config.ResolveTimeout: Config.ResolveTimeout) or until ctx
 // ends. Errors: ErrFamily (src and dst of different families),
-// ErrInvalidDst (dst not a unicast address), ErrAddr (src not the port's,
-// or no address of dst's family), ErrUnresolved (nobody answered).
+// ErrInvalidDst (dst zero or unspecified), ErrAddr (src not the port's,
+// or no address of dst's family), ErrUnresolved (nobody answered). A
+// multicast dst resolves at once, as the kernel's does (mckey resolves
+// its group before it joins).
 func (a *Agent) ResolveAddr(ctx context.Context, src, dst netip.Addr, timeout time.Duration) (ResolvedAddr, error) {
 	ra, err := a.ResolveSource(src, dst)
 	if err != nil {
@@ -167,6 +169,9 @@ func (a *Agent) ResolveAddr(ctx context.Context, src, dst netip.Addr, timeout ti
 	}
 	if timeout <= 0 || timeout > a.resolveTimeout {
 		timeout = a.resolveTimeout
+	}
+	if ra.Dst.IsMulticast() {
+		return ra, nil // a group has no neighbour: its MAC comes from its address (the kernel's ip_eth_mc_map)
 	}
 	if err := a.resolve(ctx, ra.Dst, timeout); err != nil {
 		return ResolvedAddr{}, err
@@ -178,7 +183,7 @@ func (a *Agent) ResolveAddr(ctx context.Context, src, dst netip.Addr, timeout ti
 // and picks the source, with the errors ResolveAddr gives for them.
 func (a *Agent) ResolveSource(src, dst netip.Addr) (ResolvedAddr, error) {
 	to, from := dst.Unmap(), src.Unmap()
-	if !to.IsValid() || to.IsUnspecified() || to.IsMulticast() {
+	if !to.IsValid() || to.IsUnspecified() {
 		return ResolvedAddr{}, fmt.Errorf("%w: %v", ErrInvalidDst, dst)
 	}
 	if from.IsValid() && !from.IsUnspecified() && from.Is4() != to.Is4() {

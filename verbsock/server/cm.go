@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/cmagent"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/cm"
@@ -25,6 +26,8 @@ type CMLimits struct {
 	MaxChannels int
 	// MaxResolving bounds address resolutions in progress; default 64.
 	MaxResolving int
+	// MaxJoins bounds multicast groups joined through rdma_cm; default 1024.
+	MaxJoins int
 }
 
 func (l CMLimits) withDefaults() CMLimits {
@@ -43,6 +46,9 @@ func (l CMLimits) withDefaults() CMLimits {
 	if l.MaxResolving <= 0 {
 		l.MaxResolving = 64
 	}
+	if l.MaxJoins <= 0 {
+		l.MaxJoins = 1024
+	}
 	return l
 }
 
@@ -56,7 +62,8 @@ type cmClient struct {
 	listens   map[uint32]*cmListen
 	conns     map[uint32]*cmConn
 	chans     map[uint32]*cmChannel
-	byID      map[uint32]*cmConn // agent connection ID -> connection, for the listener's handler
+	joins     map[uint32]cmagent.McastJoin // rdma_cm multicast joins (cmmcast.go)
+	byID      map[uint32]*cmConn           // agent connection ID -> connection, for the listener's handler
 	events    chan verbsock.CMEventMsg
 	lost      uint64
 	resolving int // cm_resolve_addr_async in progress
@@ -88,7 +95,7 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 	case verbsock.OpCMListen, verbsock.OpCMUnlisten, verbsock.OpCMConnect, verbsock.OpCMAccept,
 		verbsock.OpCMReject, verbsock.OpCMDisconnect, verbsock.OpCMDestroy, verbsock.OpCMResolveUD, verbsock.OpCMAcceptUD,
 		verbsock.OpCMResolveAddr, verbsock.OpCMCloseChannel, verbsock.OpCMMigrate, verbsock.OpCMResolveAddrAsync,
-		verbsock.OpCMEstablish:
+		verbsock.OpCMEstablish, verbsock.OpCMJoin, verbsock.OpCMLeave:
 	default:
 		return nil, false, nil
 	}
@@ -133,6 +140,10 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 		})
 	case verbsock.OpCMResolveAddrAsync:
 		resp, err = &verbsock.Empty{}, c.cmResolveAddrAsync(a, req.(*verbsock.CMResolveAddrAsyncReq))
+	case verbsock.OpCMJoin:
+		resp, err = c.cmJoin(a, req.(*verbsock.CMJoinReq))
+	case verbsock.OpCMLeave:
+		resp, err = &verbsock.Empty{}, c.cmLeave(a, req.(*verbsock.HandleReq).Handle)
 	}
 	return resp, true, cmErr(err)
 }
@@ -149,6 +160,7 @@ func (c *conn) cmStart() {
 	k.started = true
 	k.listens, k.conns, k.byID = map[uint32]*cmListen{}, map[uint32]*cmConn{}, map[uint32]*cmConn{}
 	k.chans = map[uint32]*cmChannel{}
+	k.joins = map[uint32]cmagent.McastJoin{}
 	k.next = 1
 	k.events = make(chan verbsock.CMEventMsg, c.s.cmLimits.EventQueue)
 	c.wg.Add(1)
@@ -444,15 +456,18 @@ func (c *conn) cmCleanup() {
 	k := &c.cm
 	k.mu.Lock()
 	k.gone = true
-	listens, conns := k.listens, k.conns
+	listens, conns, joins := k.listens, k.conns, k.joins
 	for _, ch := range k.chans {
 		ch.dead = true
 		close(ch.quit)
 	}
-	k.listens, k.conns, k.byID, k.chans = nil, nil, nil, nil
+	k.listens, k.conns, k.byID, k.chans, k.joins = nil, nil, nil, nil, nil
 	k.mu.Unlock()
 	if a == nil {
 		return
+	}
+	for _, j := range joins {
+		a.LeaveMulticast(j)
 	}
 	for _, l := range listens {
 		a.Unlisten(l.id)
@@ -487,6 +502,10 @@ func cmErr(err error) error {
 		return errf(syscall.EADDRNOTAVAIL, "%v", err)
 	case errors.Is(err, cmagent.ErrClosed):
 		return errf(syscall.ENODEV, "%v", err)
+	case errors.Is(err, cmagent.ErrMcastIPv6):
+		return errf(errENOTSUPP, "%v", err)
+	case errors.Is(err, nic.ErrLimit):
+		return errf(syscall.ENOMEM, "%v", err)
 	case errors.Is(err, cm.ErrState), errors.Is(err, transport.ErrState):
 		return errf(syscall.EINVAL, "%v", err)
 	}

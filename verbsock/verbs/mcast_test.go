@@ -119,3 +119,62 @@ func TestMcastBlockSelfThroughSocket(t *testing.T) {
 		t.Errorf("the blocking QP received its own message (%d completions)", n)
 	}
 }
+
+// rdma_cm's join through the SDK: the kernel's answers (an IPv6 group
+// ENOTSUPP, a unicast one EINVAL), the event's values (MGID ::ffff:group,
+// hop limit 64, QPN 0xFFFFFF, Q_Key 0x01234567), and a message sent with
+// them reaching a QP attached to the MGID.
+func TestJoinMulticast(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{})
+	d := e.client()
+	if _, err := d.JoinMulticast(netip.MustParseAddr("ff0e::7"), verbs.JoinOptions{}); !errors.Is(err, syscall.Errno(524)) {
+		t.Errorf("IPv6 group: %v, want the kernel's ENOTSUPP (524)", err)
+	}
+	if _, err := d.JoinMulticast(e.host.Addr, verbs.JoinOptions{}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("unicast group: %v, want EINVAL", err)
+	}
+	group := netip.MustParseAddr("239.3.3.3")
+	g, err := d.JoinMulticast(group, verbs.JoinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Leave()
+	if g.MGID != mcastGID("239.3.3.3") || g.AH.DGID != g.MGID || g.AH.HopLimit != 64 || g.AH.TrafficClass != 0 ||
+		g.QPN != 0xFFFFFF || g.QKey != mcQKey || g.Local != e.host.Addr || int(g.AH.SGIDIndex) != int(e.host.GIDIndex()) {
+		t.Errorf("join: %+v", g)
+	}
+	r := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	s := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	udReady(t, r, g.QKey)
+	udReady(t, s, g.QKey)
+	if err := r.qp.AttachMcast(g.MGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{r.mr.SGE(0, 40+512)}}); err != nil {
+		t.Fatal(err)
+	}
+	ah, err := s.pd.CreateAH(g.AH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendToGroup(t, s, ah, 1, "joined")
+	if wc := pollN(t, r.rcq, 1)[0]; wc.Status != verbs.WCSuccess || string(r.buf.Bytes()[40:46]) != "joined" {
+		t.Errorf("receive %+v %q", wc, r.buf.Bytes()[40:46])
+	}
+	if err := r.qp.DetachMcast(g.MGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if groups := e.host.Dev.McastGroups(); len(groups) != 0 {
+		t.Errorf("groups after leave and detach: %v", groups)
+	}
+	so, err := d.JoinMulticast(group, verbs.JoinOptions{SendOnly: true})
+	if err != nil || !so.SendOnly {
+		t.Fatalf("send-only join: %+v, %v", so, err)
+	}
+	if err := so.Leave(); err != nil {
+		t.Fatal(err)
+	}
+}
