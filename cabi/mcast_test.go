@@ -1,6 +1,7 @@
 package cabi
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,4 +22,50 @@ func TestMcastVerbs(t *testing.T) {
 		t.Fatalf("%v; failed: %q, skipped: %q\n%s", err, failed, skipped, out)
 	}
 	t.Logf("%d cases ok\n%s", ok, out)
+}
+
+// mckeyPair runs rdma-core's mckey as a receiver on rx and then as a
+// sender on tx, to group, each with its extra arguments; it returns both
+// outputs and errors.
+func mckeyPair(t *testing.T, rx, tx tool, rxBind, txBind, group string, rxArgs, txArgs []string) (rxOut, txOut string, rxErr, txErr error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, buf := rx.command(ctx, append([]string{"stdbuf", "-oL", "mckey", "-m", group, "-b", rxBind}, rxArgs...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver has joined once it says it is receiving.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), "receiving data transfers") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	txOut, txErr = tx.run(t, 20*time.Second, append([]string{"mckey", "-m", group, "-b", txBind, "-s"}, txArgs...)...)
+	rxErr = cmd.Wait()
+	return buf.String(), txOut, rxErr, txErr
+}
+
+// rdma-core's mckey, unmodified, on the drop-in librdmacm: a receiver and
+// a sender on one device (the sender's messages loop back to the
+// receiver's QP), then across the two devices.
+func TestMckeyDropin(t *testing.T) {
+	ourRdmacm(t)
+	tl, ds := devices(t, 1500)
+	a0, a1 := ds[0].Host.Addr.String(), ds[1].Host.Addr.String()
+	for _, c := range []struct {
+		name           string
+		rx, tx         tool
+		rxBind, txBind string
+	}{
+		{"one-device", tl[0], tl[0], a0, a0},
+		{"two-devices", tl[1], tl[0], a1, a0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rxOut, txOut, rxErr, txErr := mckeyPair(t, c.rx, c.tx, c.rxBind, c.txBind, "239.5.5.5", []string{"-C", "10"}, []string{"-C", "10"})
+			if rxErr != nil || txErr != nil || !strings.Contains(rxOut, "data transfers complete") {
+				t.Fatalf("receiver: %v\n%s\nsender: %v\n%s", rxErr, rxOut, txErr, txOut)
+			}
+			t.Logf("receiver:\n%s\nsender:\n%s", rxOut, txOut)
+		})
+	}
 }

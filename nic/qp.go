@@ -299,6 +299,12 @@ func (q *QP) Quiesce() {
 func (q *QP) Destroy() {
 	q.stopOnce.Do(func() {
 		q.d.detachAll(q)
+		if t := q.tq.Type(); t == transport.QPTypeUD || t == transport.QPTypeUC {
+			// Sends posted before the destroy leave first, as kernel rxe's
+			// post_send runs them at once: a program that posts unsignaled
+			// datagrams and exits (mckey's sender) has them delivered.
+			q.w.run(call{q: q, send: true, f: func() {}})
+		}
 		q.tq.Destroy()
 		q.w.run(call{f: func() {
 			q.tq.RunSend() // ERR: flush what is left

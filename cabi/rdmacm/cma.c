@@ -336,6 +336,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		struct vrn_handle_req req = {.handle = c->conn};
 		vrnicd_cm_call(cma_devs[c->dev].ctx, VRN_OP_CM_DESTROY, &req, sizeof(req), NULL, 0);
 	}
+	cma_leave_all(c);
 	for (int d = 0; d < CMA_MAX_DEVS; d++)
 		if (c->listeners[d]) {
 			struct vrn_handle_req req = {.handle = c->listeners[d]};

@@ -82,6 +82,7 @@ struct cma_id {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	int events_out; /* events handed out and not acked (rdma_destroy_id waits) */
+	struct cma_mc *mcs; /* multicast joins (mcast.c; cma_mu) */
 	struct cma_id *next;
 };
 
@@ -106,6 +107,8 @@ void cma_take_path(struct cma_id *c, const struct vrn_cm_event_msg *m);
 uint32_t cma_random_psn(void);
 void cma_ah_attr(struct ibv_ah_attr *a, const struct vrn_av *av);
 struct cma_event *cma_addr_event(struct cma_id *c, const struct vrn_cm_event_msg *m);
+/* mcast.c */
+void cma_leave_all(struct cma_id *c);
 /* addr.c helpers */
 void cma_to_v6(const struct sockaddr *sa, uint8_t out[16], uint16_t *port);
 void cma_from_v6(const uint8_t in[16], uint16_t port, int family, struct sockaddr_storage *out);

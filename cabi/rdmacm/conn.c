@@ -638,25 +638,7 @@ __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 					 : ((const struct sockaddr_in *)sa)->sin_port;
 }
 
-/* Multicast is not in vrnicd yet (issue: UD multicast); ECE neither. */
-int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	(void)id, (void)addr, (void)context;
-	return fail(EOPNOTSUPP);
-}
-
-int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr, void *context)
-{
-	(void)id, (void)mc_join_attr, (void)context;
-	return fail(EOPNOTSUPP);
-}
-
-int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	(void)id, (void)addr;
-	return fail(EOPNOTSUPP);
-}
-
+/* ECE: not in vrnicd (librdmacm answers EOPNOTSUPP for a device without it). */
 int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {
 	(void)id, (void)ece;

@@ -164,7 +164,7 @@ static int collect(struct udqp *u, int *cnt, int ms)
 		if (ibv_poll_cq(u->cq, 1, &wc) != 1)
 			continue;
 		CHECK(wc.status == IBV_WC_SUCCESS, "receive: %s", ibv_wc_status_str(wc.status));
-		CHECK(wc.opcode == IBV_WC_RECV && wc.byte_len == SLOT && (wc.wc_flags & IBV_WC_GRH),
+		CHECK((wc.opcode == IBV_WC_RECV) && wc.byte_len == SLOT && (wc.wc_flags & IBV_WC_GRH),
 		      "receive opcode %d byte_len %u flags %#x", wc.opcode, wc.byte_len, wc.wc_flags);
 		uint8_t *slot = u->buf + (wc.wr_id + 1) * SLOT;
 		/* IPv4: the GRH's last 20 bytes are the IP header, destination at 16. */
@@ -272,6 +272,31 @@ static void c_block_self(void)
 	ud_free(&s), ud_free(&local);
 }
 
+/* unsignaled: datagrams posted unsignaled just before the QP is destroyed
+ * still leave (mckey's sender does exactly this; kernel rxe sends them). */
+static void c_unsignaled(void)
+{
+	struct udqp s = ud_new(&dev[0], QKEY, 0), r = ud_new(&dev[0], QKEY, 0);
+	attach(&r);
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1,
+				 .grh = {.dgid = group, .sgid_index = (uint8_t)s.d->gidx, .hop_limit = 64}};
+	struct ibv_ah *ah = ibv_create_ah(s.d->pd, &aa);
+	CHECK(ah, "ibv_create_ah: %s", strerror(errno));
+	memset(s.buf, 0x50, MSG);
+	struct ibv_sge sge = {(uintptr_t)s.buf, MSG, s.mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .imm_data = htonl(7), .wr.ud = {.ah = ah, .remote_qpn = 0xFFFFFF, .remote_qkey = QKEY}},
+			   *bad;
+	for (int i = 0; i < 5; i++)
+		CHECK(!ibv_post_send(s.qp, &wr, &bad), "ibv_post_send");
+	ud_free(&s);
+	ibv_destroy_ah(ah);
+	int cnt[256];
+	int n = collect(&r, cnt, 500);
+	CHECK(n == 5 && cnt[0x50] == 5, "the receiver got %d of 5 datagrams sent just before the destroy", n);
+	ud_free(&r);
+}
+
 static void c_create_flags(void)
 {
 	struct ibv_cq *cq = ibv_create_cq(dev[0].ctx, 4, NULL, NULL, 0);
@@ -316,6 +341,7 @@ int main(void)
 	run("loopback", c_loopback);
 	run("detach", c_detach);
 	run("block_self", c_block_self);
+	run("unsignaled", c_unsignaled);
 	run("create_flags", c_create_flags);
 	run("teardown", teardown);
 	printf("%d ok, %d failed, %d skipped\n", nok, nfail, nskip);
