@@ -132,6 +132,12 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 		s.nsInput(f, h, m, src, dst)
 	case wire.ICMPv6NeighborAdvert:
 		s.naInput(h, m)
+	case mldQuery: // without the Router Alert it should have; accepted as Linux does
+		if !mine {
+			s.mldQueryInput(m, src, dst)
+			return
+		}
+		s.ctr.NonRoCE.Add(1)
 	default:
 		s.ctr.NonRoCE.Add(1)
 	}
