@@ -391,7 +391,9 @@ func TestReannounceOnLinkUp(t *testing.T) {
 
 // groupFrame is a RoCE frame from the peer to group g, built by a peer
 // stack (multicast MAC from the IP).
-func groupFrame(t *testing.T, g netip.Addr) []byte {
+func groupFrame(t testing.TB, g netip.Addr) []byte { return groupFrameSize(t, g, 32) }
+
+func groupFrameSize(t testing.TB, g netip.Addr, payload int) []byte {
 	cl := newCaptureLink(peerMAC)
 	ps, err := New(Config{Link: cl, Clock: clock.NewManual(time.Unix(1_000_000, 0)),
 		Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.20/24"), netip.MustParsePrefix("2001:db8::20/64")}})
@@ -399,7 +401,7 @@ func groupFrame(t *testing.T, g netip.Addr) []byte {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if _, err := ps.Send([]TxPacket{{Buf: transport(32), Offset: Headroom, Dest: &Dest{Dst: g, SrcPort: 0xc001}}}); err != nil {
+	if _, err := ps.Send([]TxPacket{{Buf: transport(payload), Offset: Headroom, Dest: &Dest{Dst: g, SrcPort: 0xc001}}}); err != nil {
 		t.Fatal(err)
 	}
 	return cl.frames[0]
@@ -440,6 +442,25 @@ func TestMulticastRoCEReceive(t *testing.T) {
 	}
 	if n := h.st.Counters().RoCEIn.Load(); n != 2 {
 		t.Fatalf("roce_in %d", n)
+	}
+}
+
+// TestMulticastReceiveAllocs: the group lookup keeps the receive path
+// free of allocations, for joined and not-joined groups.
+func TestMulticastReceiveAllocs(t *testing.T) {
+	st := rxStack(t)
+	defer st.Close()
+	if err := st.JoinGroup(group6); err != nil {
+		t.Fatal(err)
+	}
+	in, out := groupFrame(t, group6), groupFrame(t, group4)
+	if n := testing.AllocsPerRun(100, func() {
+		if _, ok := st.input(in); !ok {
+			t.Fatal("dropped")
+		}
+		st.input(out)
+	}); n != 0 {
+		t.Fatalf("%v allocations per multicast receive", n)
 	}
 }
 
