@@ -313,18 +313,13 @@ func setEarlier(m map[netip.Addr]time.Time, g netip.Addr, t time.Time) {
 func (s *Stack) armLocked(now time.Time) {
 	m := s.mc
 	var next time.Time
-	earlier := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
 	for _, p := range []*mcProto{&m.v4, &m.v6} {
 		if len(p.changes) > 0 {
-			earlier(p.changeDue)
+			next = earliest(next, p.changeDue)
 		}
-		earlier(p.generalDue)
+		next = earliest(next, p.generalDue)
 		for _, t := range p.groupDue {
-			earlier(t)
+			next = earliest(next, t)
 		}
 	}
 	if m.timer != nil && (next.IsZero() || !m.at.Equal(next)) {
@@ -336,6 +331,14 @@ func (s *Stack) armLocked(now time.Time) {
 	}
 	m.at = next
 	m.timer = s.clock.AfterFunc(max(next.Sub(now), 0), s.mcastTimer)
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // mcastTimer sends what has fallen due and re-arms.
@@ -374,29 +377,36 @@ func (s *Stack) dueLocked(p *mcProto, now time.Time) [][]byte {
 		}
 		p.changeDue = now.Add(randDelay(s.unsolicited(p, now)))
 	}
-	current := func(g netip.Addr) {
-		if _, ok := s.mc.groups[g]; ok && reportable(g) && g.Is6() == p.v6 {
-			recs = append(recs, record{recIsExclude, g})
-		}
-	}
 	if !p.generalDue.IsZero() && !p.generalDue.After(now) {
 		p.generalDue = time.Time{}
 		clear(p.groupDue) // the general answer covers them
 		for g := range s.mc.groups {
-			current(g)
+			recs = s.currentLocked(p, recs, g)
 		}
 	}
 	for g, t := range p.groupDue {
 		if !t.After(now) {
 			delete(p.groupDue, g)
-			current(g)
+			recs = s.currentLocked(p, recs, g)
 		}
 	}
 	if len(recs) == 0 {
 		return nil
 	}
-	slices.SortFunc(recs, func(a, b record) int { return a.g.Compare(b.g) })
+	slices.SortFunc(recs, recordCmp)
 	return s.reportFrames(p, now, recs)
+}
+
+func recordCmp(a, b record) int { return a.g.Compare(b.g) }
+
+// currentLocked appends g's current-state record to recs if g is one of
+// p's groups and still joined.
+// +checklocks:s.mc.mu
+func (s *Stack) currentLocked(p *mcProto, recs []record, g netip.Addr) []record {
+	if _, ok := s.mc.groups[g]; ok && reportable(g) && g.Is6() == p.v6 {
+		recs = append(recs, record{recIsExclude, g})
+	}
+	return recs
 }
 
 // reportFrames builds the reports carrying recs, in the version the link's
@@ -440,7 +450,7 @@ func (s *Stack) reannounce() {
 			p.changes[r.g] = &change{join: true, left: robustness - 1}
 		}
 		p.changeDue = now.Add(randDelay(s.unsolicited(p, now)))
-		slices.SortFunc(recs, func(a, b record) int { return a.g.Compare(b.g) })
+		slices.SortFunc(recs, recordCmp)
 		frames = append(frames, s.reportFrames(p, now, recs)...)
 		s.armLocked(now)
 	}
