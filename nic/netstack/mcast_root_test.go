@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/clock"
 )
@@ -125,4 +126,57 @@ func peerGroupFrame(t *testing.T, srcMAC []byte, g netip.Addr) []byte {
 		t.Fatal(fmt.Errorf("send to %v: %w", g, err))
 	}
 	return cl.frames[0]
+}
+
+// TestTAPModeMulticastInNetns: the stack's own IGMPv3 and MLDv2 reports
+// satisfy the Linux bridge's multicast snooping (which checks checksums,
+// Router Alert, hop limit and the MLD source): after JoinGroup the bridge
+// lists the groups on the TAP's port, and RoCE from the peer namespace to
+// a group, forwarded by the bridge, is delivered.
+func TestTAPModeMulticastInNetns(t *testing.T) {
+	linktest.RequireRoot(t)
+	nsA, nsB := linktest.NewNS(t, "nma"), linktest.NewNS(t, "nmb")
+	tapName, br, va, vb := linktest.UniqueName("tm"), linktest.UniqueName("bm"), linktest.UniqueName("ma"), linktest.UniqueName("mb")
+	var tap *link.TAP
+	if err := nsA.Do(func() (err error) {
+		tap, err = link.OpenTAP(link.TAPConfig{Name: tapName, MTU: 1500})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tap.Close() })
+	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
+	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
+	rx := make(chan RxPacket, 16)
+	st, err := New(Config{Link: tap, Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}, Deliver: deliverTo(rx)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runStack(t, st)
+	for _, g := range []netip.Addr{group4, group6} {
+		if err := st.JoinGroup(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mdb string
+	waitFor(t, "the bridge to learn both groups on the TAP's port", func() bool {
+		mdb = nsA.Exec(t, "bridge", "mdb", "show", "dev", br)
+		return strings.Contains(mdb, "port "+tapName+" grp "+group4.String()) &&
+			strings.Contains(mdb, "port "+tapName+" grp "+group6.String())
+	})
+
+	capt, _ := rawCapture(t, nsB, vb)
+	for _, g := range []netip.Addr{group4, group6} {
+		if _, err := capt.Write([][]byte{peerGroupFrame(t, capt.HardwareAddr(), g)}, 0); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case p := <-rx:
+			if p.Dst != g {
+				t.Fatalf("delivered %+v", p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("RoCE to %v not delivered; counters %v; mdb:\n%s", g, st.Counters().Map(), mdb)
+		}
+	}
 }
