@@ -430,8 +430,10 @@ func (p *RxPoller) PollFD() (int, error) { return p.p.PollFD() }
 // none is pending.
 func (p *RxPoller) PollError() error { return p.p.PollError() }
 
-// Close stops timers and (raw mode) the netlink watchers and guard
-// sockets. It does not close the link, which belongs to the caller.
+// Close stops timers and (raw mode) the netlink watchers, guard sockets
+// and multicast membership sockets (the kernel leaves the groups; TAP mode
+// sends no leaves). It does not close the link, which belongs to the
+// caller.
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
