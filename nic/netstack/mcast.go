@@ -466,8 +466,10 @@ func (s *Stack) writeReports(frames [][]byte) {
 	}
 }
 
-// closeMcast stops the timer and (raw mode) closes the membership
-// sockets, so the kernel leaves the groups.
+// closeMcast stops the timer and leaves every group: raw mode closes the
+// membership sockets (the kernel leaves), TAP mode sends one leave report
+// per family (not repeated: the stack is going away). The table itself
+// stays, for Groups.
 func (s *Stack) closeMcast() {
 	m := s.mc
 	m.op.Lock()
@@ -481,5 +483,20 @@ func (s *Stack) closeMcast() {
 		m.timer.Stop()
 		m.timer = nil
 	}
+	var frames [][]byte
+	if s.cfg.Mode == ModeTAP {
+		now := s.clock.Now()
+		for _, p := range []*mcProto{&m.v4, &m.v6} {
+			var recs []record
+			for g := range m.groups {
+				if g.Is6() == p.v6 && reportable(g) {
+					recs = append(recs, record{recToInclude, g})
+				}
+			}
+			slices.SortFunc(recs, recordCmp)
+			frames = append(frames, s.reportFrames(p, now, recs)...)
+		}
+	}
 	m.mu.Unlock()
+	s.writeReports(frames)
 }

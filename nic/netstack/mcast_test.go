@@ -554,3 +554,34 @@ func fixMsg(m []byte) {
 	m[2], m[3] = 0, 0
 	be.PutUint16(m[2:], wire.Checksum(m))
 }
+
+// TestCloseLeaves: Close sends a leave for the groups (one IGMPv3 report,
+// one MLDv2 report), and nothing follows.
+func TestCloseLeaves(t *testing.T) {
+	cl := newCaptureLink(stackMAC)
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	st, err := New(Config{Link: cl, Clock: clk, Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []netip.Addr{group4, group4b, group6} {
+		if err := st.JoinGroup(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.mu.Lock()
+	cl.frames = nil
+	cl.mu.Unlock()
+	st.Close()
+	clk.Advance(time.Minute)
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if len(cl.frames) != 2 {
+		t.Fatalf("%d frames after Close; want 2 leaves", len(cl.frames))
+	}
+	recs := igmpv3Records(t, cl.frames[0])
+	if len(recs) != 2 || recs[0].Type != layers.IGMPToIn || recs[1].Type != layers.IGMPToIn {
+		t.Fatalf("IGMP leave records %+v", recs)
+	}
+	wantMLDRecord(t, mldv2Records(t, cl.frames[1]), layers.MLDv2MulticastAddressRecordTypeChangeToIncludeMode, group6)
+}

@@ -432,8 +432,8 @@ func (p *RxPoller) PollError() error { return p.p.PollError() }
 
 // Close stops timers and (raw mode) the netlink watchers, guard sockets
 // and multicast membership sockets (the kernel leaves the groups; TAP mode
-// sends no leaves). It does not close the link, which belongs to the
-// caller.
+// sends the leaves itself, so close the link after). It does not close
+// the link, which belongs to the caller.
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
