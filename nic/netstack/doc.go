@@ -85,13 +85,14 @@
 // MLDv2 (RFC 3810) itself: a join or leave is reported at once and once
 // more within the Unsolicited Report Interval (1 s); general and
 // group-specific queries are answered at a random point within their Max
-// Resp Time; an IGMPv1/v2 or MLDv1 querier makes it speak IGMPv2 / MLDv1
-// (reports to the group, leaves to all-routers) until the Older Version
-// Querier Present Timeout (260 s) passes. Reports carry the Router Alert
+// Resp Time; an IGMPv2 or MLDv1 querier makes it speak IGMPv2 / MLDv1
+// (reports to the group, leaves to all-routers), an IGMPv1 querier IGMPv1
+// (reports only), until the Older Version Querier Present Timeout (260 s)
+// passes. Reports carry the Router Alert
 // (IPv4 option; IPv6 Hop-by-Hop) and TTL/hop limit 1; MLD goes from the
 // link-local address. 224.0.0.0/24, ff02::1 and interface-local groups are
 // never reported. Groups are reported again when SetLinkUp brings the link
-// back. Counters: mcast_joins, mcast_leaves, igmp_reports_out,
+// back; Close sends a leave for those still joined. Counters: mcast_joins, mcast_leaves, igmp_reports_out,
 // igmp_queries_in, mld_reports_out, mld_queries_in (leaves count as
 // reports); malformed queries count as malformed.
 package netstack

@@ -80,13 +80,19 @@ func (s *Stack) igmpv3Frames(recs []record) [][]byte {
 }
 
 // igmpv2Frames turns records into IGMPv2 messages: a report to the group
-// for a join or current state, a leave to all-routers for a leave.
-func (s *Stack) igmpv2Frames(recs []record) [][]byte {
+// for a join or current state, a leave to all-routers for a leave. v1:
+// IGMPv1 reports, and no leaves, which v1 does not have (RFC 3376 §7.2.1).
+func (s *Stack) igmpv2Frames(recs []record, v1 bool) [][]byte {
 	frames := make([][]byte, 0, len(recs))
 	for _, r := range recs {
 		typ, dst := uint8(igmpV2Report), r.g
-		if r.typ == recToInclude {
+		switch {
+		case r.typ == recToInclude && v1:
+			continue
+		case r.typ == recToInclude:
 			typ, dst = igmpV2Leave, allRouters4
+		case v1:
+			typ = igmpV1Report
 		}
 		f, m := s.igmpFrame(dst, 8)
 		m[0] = typ
@@ -116,7 +122,7 @@ func (s *Stack) igmpInput(msg []byte, dst netip.Addr) {
 		s.ctr.NonRoCE.Add(1)
 		return
 	}
-	group, maxResp, older, ok := parseIGMPQuery(msg)
+	group, maxResp, ver, ok := parseIGMPQuery(msg)
 	if !ok || (group.IsValid() && !group.IsMulticast()) {
 		s.ctr.Malformed.Add(1)
 		return
@@ -127,34 +133,34 @@ func (s *Stack) igmpInput(msg []byte, dst netip.Addr) {
 	}
 	m := s.mc
 	m.mu.Lock()
-	s.queryLocked(&m.v4, s.clock.Now(), group, maxResp, older)
+	s.queryLocked(&m.v4, s.clock.Now(), group, maxResp, ver)
 	m.mu.Unlock()
 	s.ctr.IGMPQueriesIn.Add(1)
 }
 
 // parseIGMPQuery reads a membership query (RFC 3376 §7.1: its version is
 // told by its length and Max Resp Code). group is invalid for a general
-// query; older means IGMPv1 or v2. A v3 query's sources are checked to
+// query. A v3 query's sources are checked to
 // fit and otherwise ignored: a group-and-source-specific query is answered
 // as group-specific (our state has no sources, so IS_EX {} is the answer
 // for any source list).
-func parseIGMPQuery(msg []byte) (group netip.Addr, maxResp time.Duration, older, ok bool) {
+func parseIGMPQuery(msg []byte) (group netip.Addr, maxResp time.Duration, ver querierVersion, ok bool) {
 	code := msg[1]
 	if a := [4]byte(msg[4:8]); a != [4]byte{} {
 		group = netip.AddrFrom4(a)
 	}
 	switch {
 	case len(msg) == 8 && code == 0: // IGMPv1: 10 s (RFC 2236 §4)
-		return group, 10 * time.Second, true, true
+		return group, 10 * time.Second, querierV1, true
 	case len(msg) == 8:
-		return group, time.Duration(code) * 100 * time.Millisecond, true, true
+		return group, time.Duration(code) * 100 * time.Millisecond, querierOlder, true
 	case len(msg) < 12:
-		return group, 0, false, false
+		return group, 0, 0, false
 	}
 	if n := int(be.Uint16(msg[10:])); len(msg) < 12+4*n {
-		return group, 0, false, false
+		return group, 0, 0, false
 	}
-	return group, igmpMaxResp(code), false, true
+	return group, igmpMaxResp(code), querierV3, true
 }
 
 // igmpMaxResp decodes an IGMPv3 Max Resp Code (RFC 3376 §4.1.1), in

@@ -65,8 +65,9 @@ type change struct {
 type mcProto struct {
 	v6 bool
 	// olderUntil: an IGMPv2 (or v1) / MLDv1 querier was heard and its
-	// version is spoken until then.
+	// version is spoken until then; v1Until: the same for IGMPv1.
 	olderUntil time.Time
+	v1Until    time.Time
 	changes    map[netip.Addr]*change
 	changeDue  time.Time // next state-change (re)transmission
 	generalDue time.Time // pending answer to a general query; zero: none
@@ -74,6 +75,16 @@ type mcProto struct {
 }
 
 func (p *mcProto) older(now time.Time) bool { return now.Before(p.olderUntil) }
+func (p *mcProto) v1(now time.Time) bool    { return now.Before(p.v1Until) }
+
+// querierVersion is the version of a query heard.
+type querierVersion uint8
+
+const (
+	querierV3    querierVersion = iota // IGMPv3 or MLDv2
+	querierOlder                       // IGMPv2 or MLDv1
+	querierV1                          // IGMPv1
+)
 
 // mcast is the stack's group table and report scheduler. One timer serves
 // both families: it is armed for the earliest thing due.
@@ -262,12 +273,11 @@ func randDelay(d time.Duration) time.Duration {
 }
 
 // queryLocked records a query of one family heard on the link: group
-// invalid for a general query; older says it is an IGMPv1/v2 or MLDv1
-// query. The answer is scheduled at a random point within maxResp (RFC
+// invalid for a general query; ver says which version asked. The answer is scheduled at a random point within maxResp (RFC
 // 3376 §5.2, RFC 2236 §3, RFC 3810 §6.2, RFC 2710 §4).
 // +checklocks:s.mc.mu
-func (s *Stack) queryLocked(p *mcProto, now time.Time, group netip.Addr, maxResp time.Duration, older bool) {
-	if older {
+func (s *Stack) queryLocked(p *mcProto, now time.Time, group netip.Addr, maxResp time.Duration, ver querierVersion) {
+	if ver != querierV3 {
 		if !p.older(now) {
 			// Entering compatibility mode cancels v3 work in flight
 			// (RFC 3376 §7.2.1, RFC 3810 §8.2.1).
@@ -275,6 +285,9 @@ func (s *Stack) queryLocked(p *mcProto, now time.Time, group netip.Addr, maxResp
 			p.generalDue = time.Time{}
 		}
 		p.olderUntil = now.Add(olderQuerierTimeout)
+	}
+	if ver == querierV1 {
+		p.v1Until = now.Add(olderQuerierTimeout)
 	}
 	due := now.Add(randDelay(maxResp))
 	switch {
@@ -420,7 +433,7 @@ func (s *Stack) reportFrames(p *mcProto, now time.Time, recs []record) [][]byte 
 		return s.mldv2Frames(recs)
 	}
 	if p.older(now) {
-		return s.igmpv2Frames(recs)
+		return s.igmpv2Frames(recs, p.v1(now))
 	}
 	return s.igmpv3Frames(recs)
 }

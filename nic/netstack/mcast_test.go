@@ -585,3 +585,28 @@ func TestCloseLeaves(t *testing.T) {
 	}
 	wantMLDRecord(t, mldv2Records(t, cl.frames[1]), layers.MLDv2MulticastAddressRecordTypeChangeToIncludeMode, group6)
 }
+
+// TestIGMPv1Compat: an IGMPv1 query (8 bytes, Max Resp Time 0) is
+// answered with an IGMPv1 report within 10 s, and a leave sends nothing,
+// v1 having no leave (RFC 3376 §7.2.1).
+func TestIGMPv1Compat(t *testing.T) {
+	h := newHarness(t, nil)
+	if err := h.st.JoinGroup(group4); err != nil {
+		t.Fatal(err)
+	}
+	h.next()
+	h.clock.Advance(time.Second)
+	h.next()
+	h.inject(igmpQueryFrame(allSystems, netip.Addr{}, 0, false))
+	waitCounter(t, &h.st.Counters().IGMPQueriesIn, 1)
+	h.clock.Advance(10 * time.Second)
+	ip, l := igmpFrom(t, h.next())
+	if m, ok := l.(*layers.IGMPv1or2); !ok || m.Type != layers.IGMPMembershipReportV1 || ip.DstIP.String() != group4.String() {
+		t.Fatalf("want an IGMPv1 report to %v: %v", group4, l)
+	}
+	if err := h.st.LeaveGroup(group4); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Minute)
+	h.quiet()
+}

@@ -115,7 +115,7 @@ func (s *Stack) hopByHopInput(ip wire.IPv6, src, dst netip.Addr) {
 // mldQueryInput answers an MLD query (checksum already checked). RFC 3810
 // §5.1.14: queries from a source that is not link-local are dropped.
 func (s *Stack) mldQueryInput(m wire.ICMPv6, src, dst netip.Addr) {
-	group, maxResp, older, ok := parseMLDQuery(m)
+	group, maxResp, ver, ok := parseMLDQuery(m)
 	if !ok || !src.IsLinkLocalUnicast() || (group.IsValid() && !group.IsMulticast()) {
 		s.ctr.Malformed.Add(1)
 		return
@@ -126,7 +126,7 @@ func (s *Stack) mldQueryInput(m wire.ICMPv6, src, dst netip.Addr) {
 	}
 	mc := s.mc
 	mc.mu.Lock()
-	s.queryLocked(&mc.v6, s.clock.Now(), group, maxResp, older)
+	s.queryLocked(&mc.v6, s.clock.Now(), group, maxResp, ver)
 	mc.mu.Unlock()
 	s.ctr.MLDQueriesIn.Add(1)
 }
@@ -134,9 +134,9 @@ func (s *Stack) mldQueryInput(m wire.ICMPv6, src, dst netip.Addr) {
 // parseMLDQuery reads a multicast listener query: 24 bytes is MLDv1, 28
 // and more MLDv2 (RFC 3810 §8.1). group is invalid for a general query.
 // Sources are checked to fit and otherwise ignored, as for IGMP.
-func parseMLDQuery(m []byte) (group netip.Addr, maxResp time.Duration, older, ok bool) {
+func parseMLDQuery(m []byte) (group netip.Addr, maxResp time.Duration, ver querierVersion, ok bool) {
 	if len(m) < 24 {
-		return group, 0, false, false
+		return group, 0, 0, false
 	}
 	code := be.Uint16(m[4:])
 	if a := [16]byte(m[8:24]); a != [16]byte{} {
@@ -144,14 +144,14 @@ func parseMLDQuery(m []byte) (group netip.Addr, maxResp time.Duration, older, ok
 	}
 	switch {
 	case len(m) == 24:
-		return group, time.Duration(code) * time.Millisecond, true, true
+		return group, time.Duration(code) * time.Millisecond, querierOlder, true
 	case len(m) < 28:
-		return group, 0, false, false
+		return group, 0, 0, false
 	}
 	if n := int(be.Uint16(m[26:])); len(m) < 28+16*n {
-		return group, 0, false, false
+		return group, 0, 0, false
 	}
-	return group, mldMaxResp(code), false, true
+	return group, mldMaxResp(code), querierV3, true
 }
 
 // mldMaxResp decodes an MLDv2 Maximum Response Code (RFC 3810 §5.1.3), in
