@@ -132,9 +132,9 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 		s.nsInput(f, h, m, src, dst)
 	case wire.ICMPv6NeighborAdvert:
 		s.naInput(h, m)
-	case mldQuery: // without the Router Alert it should have; accepted as Linux does
+	case mldQuery, mldV1Report: // without the Router Alert they should have; accepted as Linux does
 		if !mine {
-			s.mldQueryInput(m, src, dst)
+			s.mldInput(m, src, dst)
 			return
 		}
 		s.ctr.NonRoCE.Add(1)

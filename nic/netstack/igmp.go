@@ -115,10 +115,13 @@ func (s *Stack) igmpInput(msg []byte, dst netip.Addr) {
 	}
 	switch msg[0] {
 	case igmpQuery:
-	case igmpV1Report, igmpV2Report, igmpV2Leave, igmpV3Report:
-		s.ctr.NonRoCE.Add(1) // other members' business (no v2 report suppression)
+	case igmpV1Report, igmpV2Report:
+		if g := netip.AddrFrom4([4]byte(msg[4:8])); g == dst {
+			s.reportHeard(g)
+		}
+		s.ctr.NonRoCE.Add(1)
 		return
-	default:
+	default: // leaves, v3 reports: other members' business
 		s.ctr.NonRoCE.Add(1)
 		return
 	}

@@ -315,6 +315,18 @@ func (s *Stack) queryLocked(p *mcProto, now time.Time, group netip.Addr, maxResp
 	s.armLocked(now)
 }
 
+// reportHeard: another member reported g in IGMPv1/v2 or MLDv1, which
+// answers the querier for us too; our pending answer is dropped (report
+// suppression, RFC 2236 §3, RFC 2710 §4). v3 has none.
+func (s *Stack) reportHeard(g netip.Addr) {
+	m := s.mc
+	m.mu.Lock()
+	if p := m.proto(g); p.older(s.clock.Now()) {
+		delete(p.groupDue, g)
+	}
+	m.mu.Unlock()
+}
+
 func setEarlier(m map[netip.Addr]time.Time, g netip.Addr, t time.Time) {
 	if old, ok := m[g]; !ok || t.Before(old) {
 		m[g] = t

@@ -610,3 +610,33 @@ func TestIGMPv1Compat(t *testing.T) {
 	h.clock.Advance(time.Minute)
 	h.quiet()
 }
+
+// TestReportSuppression: in IGMPv2 / MLDv1 mode another member's report
+// for the group answers the query for us (RFC 2236 §3, RFC 2710 §4).
+func TestReportSuppression(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, g := range []netip.Addr{group4, group6} {
+		if err := h.st.JoinGroup(g); err != nil {
+			t.Fatal(err)
+		}
+		h.next()
+	}
+	h.clock.Advance(time.Second)
+	h.next()
+	h.next()
+	h.inject(igmpQueryFrame(allSystems, netip.Addr{}, 100, false))
+	h.inject(mldQueryFrame(router6, allNodes, netip.Addr{}, 10000, false))
+	waitCounter(t, &h.st.Counters().MLDQueriesIn, 1)
+	v2 := igmpQueryFrame(group4, group4, 0, false)
+	v2[14+24] = 0x16
+	fixMsg(v2[14+24:])
+	v1 := mldQueryFrame(peerLL, group6, group6, 0, false)
+	v1[62] = 131
+	wire.ICMPv6(v1[62:]).UpdateChecksum(peerLL, group6)
+	before := h.st.Counters().NonRoCE.Load()
+	h.inject(v2)
+	h.inject(v1)
+	waitCounter(t, &h.st.Counters().NonRoCE, before+2)
+	h.clock.Advance(10 * time.Second)
+	h.quiet()
+}

@@ -105,11 +105,24 @@ func (s *Stack) hopByHopInput(ip wire.IPv6, src, dst netip.Addr) {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	if m.Type() != mldQuery {
-		s.ctr.NonRoCE.Add(1) // other listeners' reports, or not MLD
-		return
+	s.mldInput(m, src, dst)
+}
+
+// mldInput handles an MLD message (checksum checked): queries are
+// answered, other listeners' MLDv1 reports suppress ours, the rest is
+// other listeners' business.
+func (s *Stack) mldInput(m wire.ICMPv6, src, dst netip.Addr) {
+	switch m.Type() {
+	case mldQuery:
+		s.mldQueryInput(m, src, dst)
+	case mldV1Report:
+		if len(m) >= 24 && netip.AddrFrom16([16]byte(m[8:24])) == dst {
+			s.reportHeard(dst)
+		}
+		s.ctr.NonRoCE.Add(1)
+	default:
+		s.ctr.NonRoCE.Add(1)
 	}
-	s.mldQueryInput(m, src, dst)
 }
 
 // mldQueryInput answers an MLD query (checksum already checked). RFC 3810
