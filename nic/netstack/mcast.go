@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -152,7 +153,7 @@ func (s *Stack) JoinGroup(g netip.Addr) error {
 	case ok:
 		return nil
 	case closed:
-		return errors.New("netstack: stack closed")
+		return fmt.Errorf("netstack: join %v: %w", g, net.ErrClosed)
 	case n >= m.max:
 		return fmt.Errorf("%w: %d joined, the limit", ErrTooManyGroups, m.max)
 	}
