@@ -85,13 +85,15 @@ func BenchmarkSend(b *testing.B) {
 // alone with moving it through the pipe and the receive checks (parse, IP
 // checksum, ICRC).
 func BenchmarkReceive(b *testing.B) {
-	f := peerFrame(b, false, benchPayload, false)
-	run := func(b *testing.B, check bool) {
+	run := func(b *testing.B, f []byte, check bool) {
 		a, peer := link.Pipe(9000)
 		defer a.Close()
 		defer peer.Close()
 		st := rxStack(b)
 		defer st.Close()
+		if err := st.JoinGroup(group4); err != nil {
+			b.Fatal(err)
+		}
 		in := [][]byte{f}
 		bufs := [][]byte{make([]byte, 9100)}
 		sizes := []int{0}
@@ -111,6 +113,9 @@ func BenchmarkReceive(b *testing.B) {
 			}
 		}
 	}
-	b.Run("baseline-pipe-4KiB", func(b *testing.B) { run(b, false) })
-	b.Run("pipe+roce-receive-4KiB", func(b *testing.B) { run(b, true) })
+	f := peerFrame(b, false, benchPayload, false)
+	b.Run("baseline-pipe-4KiB", func(b *testing.B) { run(b, f, false) })
+	b.Run("pipe+roce-receive-4KiB", func(b *testing.B) { run(b, f, true) })
+	// To a joined group: the group table's lookup besides.
+	b.Run("pipe+roce-receive-4KiB-multicast", func(b *testing.B) { run(b, groupFrameSize(b, group4, benchPayload), true) })
 }

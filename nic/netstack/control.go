@@ -132,6 +132,12 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 		s.nsInput(f, h, m, src, dst)
 	case wire.ICMPv6NeighborAdvert:
 		s.naInput(h, m)
+	case mldQuery, mldV1Report: // without the Router Alert they should have; accepted as Linux does
+		if !mine {
+			s.mldInput(m, src, dst)
+			return
+		}
+		s.ctr.NonRoCE.Add(1)
 	default:
 		s.ctr.NonRoCE.Add(1)
 	}

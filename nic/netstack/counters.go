@@ -36,6 +36,17 @@ type Counters struct {
 	TxTooBig        atomic.Uint64 // packets larger than the link's MTU, dropped (also tx_errors)
 	TxLinkDown      atomic.Uint64 // packets dropped because the link was down
 
+	// Multicast (mcast.go): groups joined and left, RoCEv2 to groups not
+	// joined (dropped), and the TAP-mode membership protocol's messages
+	// (IGMP leaves and MLDv1 dones count as reports).
+	McastJoins     atomic.Uint64
+	McastLeaves    atomic.Uint64
+	McastNotJoined atomic.Uint64
+	IGMPReportsOut atomic.Uint64
+	IGMPQueriesIn  atomic.Uint64
+	MLDReportsOut  atomic.Uint64
+	MLDQueriesIn   atomic.Uint64
+
 	// Fault injection (impair.go), RoCEv2 frames in both directions.
 	ImpairDropped    atomic.Uint64
 	ImpairDuplicated atomic.Uint64
@@ -65,6 +76,10 @@ func (c *Counters) Each(f func(name string, v uint64)) {
 		{"malformed", &c.Malformed}, {"not_for_us", &c.NotForUs},
 		{"fragments", &c.Fragments}, {"non_roce", &c.NonRoCE}, {"tx_errors", &c.TxErrors},
 		{"tx_too_big", &c.TxTooBig}, {"tx_link_down", &c.TxLinkDown},
+		{"mcast_joins", &c.McastJoins}, {"mcast_leaves", &c.McastLeaves},
+		{"mcast_not_joined", &c.McastNotJoined},
+		{"igmp_reports_out", &c.IGMPReportsOut}, {"igmp_queries_in", &c.IGMPQueriesIn},
+		{"mld_reports_out", &c.MLDReportsOut}, {"mld_queries_in", &c.MLDQueriesIn},
 		{"impair_dropped", &c.ImpairDropped}, {"impair_duplicated", &c.ImpairDuplicated},
 		{"impair_corrupted", &c.ImpairCorrupted}, {"impair_reordered", &c.ImpairReordered},
 		{"impair_delayed", &c.ImpairDelayed},

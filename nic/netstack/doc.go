@@ -64,6 +64,35 @@
 // valid until Deliver returns. Everything malformed is dropped and counted
 // (Counters), never a panic: truncated frames, bad IPv4 header checksum, IPv4
 // options or fragments, inconsistent lengths, bad non-zero UDP checksum, bad
-// ICRC (icrc_errors), other hosts' frames, other protocols. Multicast RoCE
-// (UD multicast groups) is not accepted.
+// ICRC (icrc_errors), other hosts' frames, other protocols.
+//
+// # Multicast
+//
+// JoinGroup and LeaveGroup (mcast.go) keep the port's IP multicast groups,
+// for UD multicast: RoCEv2 to a joined IPv4 or IPv6 group is delivered as
+// unicast RoCE is (RxPacket.Dst is the group), to a group not joined it is
+// dropped and counted (mcast_not_joined). Config.MaxGroups bounds the
+// table (8192 by default, kernel rxe's max_mcast_grp). Sending to a group
+// needs nothing: Send maps it to its Ethernet address.
+//
+// Raw mode: the kernel joins, on IP sockets of the interface's namespace
+// (IP_ADD_MEMBERSHIP / IPV6_JOIN_GROUP; a new socket whenever one is full,
+// past net.ipv4.igmp_max_memberships). It sends the IGMP/MLD reports,
+// answers queries, opens the interface's MAC filter, and leaves when the
+// sockets close (LeaveGroup, Close, or the daemon's death).
+//
+// TAP mode: the stack is the host, so it speaks IGMPv3 (RFC 3376) and
+// MLDv2 (RFC 3810) itself: a join or leave is reported at once and once
+// more within the Unsolicited Report Interval (1 s); general and
+// group-specific queries are answered at a random point within their Max
+// Resp Time; an IGMPv2 or MLDv1 querier makes it speak IGMPv2 / MLDv1
+// (reports to the group, leaves to all-routers), an IGMPv1 querier IGMPv1
+// (reports only), until the Older Version Querier Present Timeout (260 s)
+// passes. Reports carry the Router Alert
+// (IPv4 option; IPv6 Hop-by-Hop) and TTL/hop limit 1; MLD goes from the
+// link-local address. 224.0.0.0/24, ff02::1 and interface-local groups are
+// never reported. Groups are reported again when SetLinkUp brings the link
+// back; Close sends a leave for those still joined. Counters: mcast_joins, mcast_leaves, igmp_reports_out,
+// igmp_queries_in, mld_reports_out, mld_queries_in (leaves count as
+// reports); malformed queries count as malformed.
 package netstack

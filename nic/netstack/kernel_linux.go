@@ -22,6 +22,7 @@ type kernel struct {
 	ns      netns.NsHandle // netns.None() for the caller's
 	h       *netlink.Handle
 	guards  []int
+	mship   memberships // multicast groups (membership_linux.go)
 	done    chan struct{}
 }
 

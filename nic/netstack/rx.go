@@ -81,8 +81,8 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 		return RxPacket{}, false
 	}
 	src, dst := ip.Src(), ip.Dst()
-	if !s.addrs.Load().has(dst) {
-		if dst.IsMulticast() || dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+	if !s.addrs.Load().has(dst) && !dst.IsMulticast() {
+		if dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 			s.ctr.NonRoCE.Add(1)
 		} else {
 			s.ctr.NotForUs.Add(1)
@@ -92,6 +92,9 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 	if ip.Flags()&(wire.IPv4MoreFragments|wire.IPv4FragOffset) != 0 {
 		s.ctr.Fragments.Add(1)
 		return RxPacket{}, false
+	}
+	if dst.IsMulticast() {
+		return s.ipv4Multicast(f[:link.EthernetHeaderLen+tot], ip, ihl, src, dst)
 	}
 	switch ip.Protocol() {
 	case wire.IPProtoUDP:
@@ -111,6 +114,45 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 	return RxPacket{}, false
 }
 
+// ipv4Multicast handles a datagram to a multicast group: RoCEv2 to a
+// joined group as to our own address, IGMP queries (TAP mode), the rest
+// counted.
+func (s *Stack) ipv4Multicast(f []byte, ip wire.IPv4, ihl int, src, dst netip.Addr) (RxPacket, bool) {
+	switch ip.Protocol() {
+	case wire.IPProtoUDP:
+		if !s.mcastUDP(ip[ihl:], dst) {
+			return RxPacket{}, false
+		}
+		if ihl != wire.IPv4HeaderLen {
+			s.ctr.Malformed.Add(1)
+			return RxPacket{}, false
+		}
+		return s.udpInput(f, ip, ihl, src, dst, ip.TOS(), ip.TTL(), 0)
+	case ipProtoIGMP:
+		if s.cfg.Mode == ModeTAP {
+			s.igmpInput(ip[ihl:], dst)
+			return RxPacket{}, false
+		}
+	}
+	s.ctr.NonRoCE.Add(1)
+	return RxPacket{}, false
+}
+
+// mcastUDP says whether a UDP datagram to multicast dst goes on to
+// udpInput: only to a joined group. RoCEv2 to another group is counted
+// (mcast_not_joined), other UDP is not RoCE.
+func (s *Stack) mcastUDP(udp []byte, dst netip.Addr) bool {
+	if s.mc.joined(dst) {
+		return true
+	}
+	if len(udp) >= wire.UDPHeaderLen && wire.UDP(udp).DstPort() == RoCEPort {
+		s.ctr.McastNotJoined.Add(1)
+	} else {
+		s.ctr.NonRoCE.Add(1)
+	}
+	return false
+}
+
 func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
 	ip := wire.IPv6(f[link.EthernetHeaderLen:])
 	if len(ip) < wire.IPv6HeaderLen || ip.Version() != 6 {
@@ -128,12 +170,20 @@ func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
 	mine := s.addrs.Load().has(dst)
 	switch ip.NextHeader() {
 	case wire.IPProtoUDP:
-		if mine {
+		if mine || (dst.IsMulticast() && s.mcastUDP(ip[wire.IPv6HeaderLen:], dst)) {
 			return s.udpInput(f, ip, wire.IPv6HeaderLen, src, dst, ip.TrafficClass(), ip.HopLimit(), ip.FlowLabel())
+		}
+		if dst.IsMulticast() {
+			return RxPacket{}, false // counted by mcastUDP
 		}
 	case wire.IPProtoICMPv6:
 		if s.cfg.Mode == ModeTAP && (mine || dst.IsMulticast()) {
 			s.icmp6Input(f, ip, src, dst, mine)
+			return RxPacket{}, false
+		}
+	case ipProtoHopByHop:
+		if s.cfg.Mode == ModeTAP && dst.IsMulticast() {
+			s.hopByHopInput(ip, src, dst) // MLD
 			return RxPacket{}, false
 		}
 	}
@@ -145,8 +195,9 @@ func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
 	return RxPacket{}, false
 }
 
-// udpInput checks a UDP datagram to one of our addresses and returns it if
-// it is a good RoCEv2 packet. ip ends where the datagram ends.
+// udpInput checks a UDP datagram to one of our addresses (or a joined
+// group) and returns it if it is a good RoCEv2 packet. ip ends where the
+// datagram ends.
 func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uint8, flow uint32) (RxPacket, bool) {
 	udp := wire.UDP(ip[ihl:])
 	if len(udp) < wire.UDPHeaderLen || int(udp.Length()) != len(udp) {

@@ -184,7 +184,20 @@ func FuzzInput(f *testing.F) {
 	arp := make([]byte, 60)
 	copy(arp, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0xbb, 0, 0, 0, 0x20, 8, 6, 0, 1, 8, 0, 6, 4, 0, 1})
 	f.Add(arp)
+	// Multicast: RoCE to a joined group, IGMP and MLD queries (the stack
+	// is in both groups, so queries schedule answers).
+	f.Add(groupFrame(f, group4))
+	f.Add(groupFrame(f, group6))
+	f.Add(igmpQueryFrame(allSystems, netip.Addr{}, 100, true))
+	f.Add(igmpQueryFrame(group4, group4, 10, false))
+	f.Add(mldQueryFrame(router6, allNodes, netip.Addr{}, 1000, true))
+	f.Add(mldQueryFrame(router6, group6, group6, 1000, false))
 	st := rxStack(f)
+	for _, g := range []netip.Addr{group4, group6} {
+		if err := st.JoinGroup(g); err != nil {
+			f.Fatal(err)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		orig := append([]byte(nil), b...)
 		p, ok := st.input(b)

@@ -79,8 +79,11 @@ type Config struct {
 	// NetNS (raw mode): the network namespace the interface lives in, for
 	// netlink and the UDP 4791 guard sockets. Zero or netns.None(): the
 	// caller's.
-	NetNS  netns.NsHandle
-	Logger *slog.Logger
+	NetNS netns.NsHandle
+	// MaxGroups bounds the multicast groups joined (JoinGroup); default
+	// DefaultMaxGroups, kernel rxe's max_mcast_grp.
+	MaxGroups int
+	Logger    *slog.Logger
 }
 
 // Stack is the L2/L3 layer of one NIC port over a Link.
@@ -97,6 +100,7 @@ type Stack struct {
 	down  atomic.Bool // the link is down: Send drops (SetLinkUp)
 
 	impair atomic.Pointer[impairer] // fault injection in force (impair.go)
+	mc     *mcast                   // multicast groups (mcast.go)
 
 	txPool sync.Pool // *[][]byte scratch for Send
 
@@ -168,6 +172,7 @@ func New(cfg Config) (*Stack, error) {
 		clock: cfg.Clock,
 		log:   cfg.Logger.With("link", cfg.Link.Name()),
 		done:  make(chan struct{}),
+		mc:    newMcast(cfg.MaxGroups),
 	}
 	copy(s.mac[:], cfg.MAC)
 	s.neigh = newNeighTable(cfg.Neigh, cfg.Clock, &s.ctr)
@@ -425,12 +430,15 @@ func (p *RxPoller) PollFD() (int, error) { return p.p.PollFD() }
 // none is pending.
 func (p *RxPoller) PollError() error { return p.p.PollError() }
 
-// Close stops timers and (raw mode) the netlink watchers and guard
-// sockets. It does not close the link, which belongs to the caller.
+// Close stops timers and (raw mode) the netlink watchers, guard sockets
+// and multicast membership sockets (the kernel leaves the groups; TAP mode
+// sends the leaves itself, so close the link after). It does not close
+// the link, which belongs to the caller.
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.neigh.stop()
+		s.closeMcast()
 		if s.kern != nil {
 			s.kern.close()
 		}
@@ -454,9 +462,10 @@ func (s *Stack) write(frames ...[]byte) {
 // dropped and counted (tx_link_down), and so are frames queued for
 // neighbours, which would otherwise leave late, once it is up again. Up:
 // neighbours still being resolved are probed at once (raw mode: the
-// kernel's unresolved entries are replaced), not on their retry timer.
+// kernel's unresolved entries are replaced), not on their retry timer, and
+// in TAP mode the multicast groups are announced again.
 func (s *Stack) SetLinkUp(up bool) {
-	s.down.Store(!up)
+	wasDown := s.down.Swap(!up)
 	if !up {
 		s.ctr.TxLinkDown.Add(uint64(s.neigh.dropQueued()))
 		return
@@ -466,4 +475,7 @@ func (s *Stack) SetLinkUp(up bool) {
 		reset = s.kern.forgetUnresolved
 	}
 	s.neigh.reprobe(reset)
+	if wasDown {
+		s.reannounce()
+	}
 }
