@@ -56,12 +56,17 @@ func TestMckeyDropin(t *testing.T) {
 		name           string
 		rx, tx         tool
 		rxBind, txBind string
+		txArgs         []string
 	}{
-		{"one-device", tl[0], tl[0], a0, a0},
-		{"two-devices", tl[1], tl[0], a1, a0},
+		{"one-device", tl[0], tl[0], a0, a0, nil},
+		{"two-devices", tl[1], tl[0], a1, a0, nil},
+		// A send-only full member (-o) sends without joining on the link.
+		{"send-only", tl[1], tl[0], a1, a0, []string{"-o"}},
+		// -l: the sender's QP has BLOCK_SELF_MCAST_LB (kernel rxe refuses it).
+		{"no-loopback", tl[0], tl[0], a0, a0, []string{"-l"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rxOut, txOut, rxErr, txErr := mckeyPair(t, c.rx, c.tx, c.rxBind, c.txBind, "239.5.5.5", []string{"-C", "10"}, []string{"-C", "10"})
+			rxOut, txOut, rxErr, txErr := mckeyPair(t, c.rx, c.tx, c.rxBind, c.txBind, "239.5.5.5", []string{"-C", "10"}, append([]string{"-C", "10"}, c.txArgs...))
 			if rxErr != nil || txErr != nil || !strings.Contains(rxOut, "data transfers complete") {
 				t.Fatalf("receiver: %v\n%s\nsender: %v\n%s", rxErr, rxOut, txErr, txOut)
 			}

@@ -284,6 +284,12 @@ func (q *QP) post(send bool, f func() error) error {
 	return err
 }
 
+// TakePosted returns once the QP's worker has taken the send WRs posted
+// in its ring before the call (and run its send side on them).
+func (q *QP) TakePosted() {
+	q.w.run(call{q: q, send: true, f: func() {}})
+}
+
 // Quiesce returns once the QP's worker has run both its sides and handed
 // what that produced to the link. After a move to ERR, the ACK owed for
 // what the QP already completed is then on the wire before the caller
@@ -303,7 +309,7 @@ func (q *QP) Destroy() {
 			// Sends posted before the destroy leave first, as kernel rxe's
 			// post_send runs them at once: a program that posts unsignaled
 			// datagrams and exits (mckey's sender) has them delivered.
-			q.w.run(call{q: q, send: true, f: func() {}})
+			q.TakePosted()
 		}
 		q.tq.Destroy()
 		q.w.run(call{f: func() {

@@ -3,6 +3,9 @@ package server
 import (
 	"syscall"
 
+	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/transport"
+
 	"github.com/vrnic/vrnicd/verbsock"
 )
 
@@ -33,6 +36,7 @@ func (c *conn) createAH(r *verbsock.CreateAHReq) (any, error) {
 }
 
 func (c *conn) destroyAH(h uint32) error {
+	c.takePostedUD()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a := c.ahs[h]
@@ -42,4 +46,22 @@ func (c *conn) destroyAH(h uint32) error {
 	delete(c.ahs, h) // WRs already decoded keep their AV
 	c.uncharge(resAH, 1)
 	return c.s.dev.Mem().ReleasePD(a.pd)
+}
+
+// takePostedUD has the client's UD QPs take the sends already posted in
+// their rings, so that a WR posted before its AH is destroyed still finds
+// it: kernel rxe copies the AV into the WQE at post time, and programs
+// (mckey's sender) post, destroy the AH and leave at once.
+func (c *conn) takePostedUD() {
+	c.mu.Lock()
+	var qps []*nic.QP
+	for _, o := range c.qps {
+		if q := o.qp.Load(); q != nil && o.typ == transport.QPTypeUD {
+			qps = append(qps, q)
+		}
+	}
+	c.mu.Unlock()
+	for _, q := range qps {
+		q.TakePosted()
+	}
 }
