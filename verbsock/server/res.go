@@ -195,7 +195,12 @@ func (c *conn) cqEntryLocked(e *verbsock.ResEntry) bool {
 	if q == nil {
 		return false
 	}
-	e.MaxWR, e.Users = q.cq.Entries(), uint32(q.users)
+	e.MaxWR = q.cq.Entries()
+	for _, o := range c.qps { // q.users counts a QP with it as both CQs twice
+		if o.scq == q || o.rcq == q {
+			e.Users++
+		}
+	}
 	return true
 }
 
