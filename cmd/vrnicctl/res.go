@@ -25,8 +25,11 @@ func init() {
 				return res(d, args, *asJSON, stdout)
 			})
 			return func(args []string, stdout, stderr io.Writer) error {
-				if len(args) > 1 || len(args) == 1 && args[0] != "client" && resKind(args[0]) == 0 {
-					return &usageError{msg: fmt.Sprintf("unknown object kind %q: pd, mr, mw, cq, qp, srq, ah or client", strings.Join(args, " "))}
+				switch {
+				case len(args) > 1:
+					return &usageError{msg: fmt.Sprintf("one object kind at most, got %q", args)}
+				case len(args) == 1 && args[0] != "client" && resKind(args[0]) == 0:
+					return &usageError{msg: fmt.Sprintf("unknown object kind %q: pd, mr, mw, cq, qp, srq, ah or client", args[0])}
 				}
 				return run(args, stdout, stderr)
 			}

@@ -91,6 +91,9 @@ func TestResSummary(t *testing.T) {
 	if rc, _, errOut := runCmd("res", "bogus", "--socket", sock); rc != exitUsage || !strings.Contains(errOut, `unknown object kind "bogus"`) {
 		t.Errorf("res bogus: exit %d, stderr %q", rc, errOut)
 	}
+	if rc, _, errOut := runCmd("res", "mr", "qp", "--socket", sock); rc != exitUsage || !strings.Contains(errOut, "one object kind at most") {
+		t.Errorf("res mr qp: exit %d, stderr %q", rc, errOut)
+	}
 }
 
 // resDoc is res KIND --json's list.
