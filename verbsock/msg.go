@@ -366,6 +366,9 @@ var Specs = map[Op]OpSpec{
 	OpQueryStats:  spec(mk[PageReq](), mk[QueryStatsResp](), none, none),
 	OpListQPs:     spec(mk[PageReq](), mk[ListQPsResp](), none, none),
 	OpListCM:      spec(mk[PageReq](), mk[ListCMResp](), none, none),
+	OpListRes:     spec(mk[ResReq](), mk[ListResResp](), none, none),
+	OpListClients: spec(mk[PageReq](), mk[ListClientsResp](), none, none),
+	OpQueryDaemon: spec(mk[Empty](), mk[DaemonInfo](), none, none),
 	OpResizeSRQ:   spec(mk[ResizeSRQReq](), mk[ResizeSRQResp](), [2]int{1, 1}, none),
 	OpCapture:     spec(mk[CaptureReq](), mk[CaptureResp](), none, [2]int{1, 1}),
 }

@@ -127,14 +127,18 @@ const (
 	OpImpair      Op = 36
 	OpAttachMcast Op = 37
 	OpDetachMcast Op = 38
-	numOps        Op = 39
+	OpListRes     Op = 39
+	OpListClients Op = 40
+	OpQueryDaemon Op = 41
+	numOps        Op = 42
 )
 
 var opNames = [numOps]string{"op0", "hello", "query_device", "query_port", "query_gid", "alloc_pd", "dealloc_pd",
 	"map_mem", "unmap_mem", "reg_mr", "dereg_mr", "alloc_mr", "alloc_mw", "dealloc_mw", "bind_mw",
 	"create_cq", "destroy_cq", "resize_cq", "req_notify_cq", "create_qp", "modify_qp", "query_qp", "destroy_qp",
 	"create_srq", "modify_srq", "query_srq", "destroy_srq", "create_ah", "destroy_ah", "event",
-	"query_stats", "list_qps", "resize_srq", "capture", "list_cm", "reg_mr_segs", "impair", "attach_mcast", "detach_mcast"}
+	"query_stats", "list_qps", "resize_srq", "capture", "list_cm", "reg_mr_segs", "impair",
+	"attach_mcast", "detach_mcast", OpListRes: "list_res", OpListClients: "list_clients", OpQueryDaemon: "query_daemon"}
 
 // Client-side operations: never on the wire, they name the verb of an
 // error found by the SDK itself.

@@ -59,6 +59,9 @@
 #define VRN_OP_IMPAIR 36
 #define VRN_OP_ATTACH_MCAST 37
 #define VRN_OP_DETACH_MCAST 38
+#define VRN_OP_LIST_RES 39
+#define VRN_OP_LIST_CLIENTS 40
+#define VRN_OP_QUERY_DAEMON 41
 #define VRN_OP_CM_LISTEN 64
 #define VRN_OP_CM_UNLISTEN 65
 #define VRN_OP_CM_CONNECT 66
@@ -460,6 +463,15 @@ struct vrn_create_srq_resp {
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_create_srq_resp) == 16, "vrn_create_srq_resp");
 
+struct vrn_daemon_info {
+	uint64_t uptime_ms; /* @0 */
+	uint8_t netdev[16]; /* @8 */
+	uint8_t mode; /* @24 */
+	uint8_t reserved[7]; /* @25 */
+	uint8_t version[64]; /* @32 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_daemon_info) == 96, "vrn_daemon_info");
+
 struct vrn_device_attr {
 	uint8_t fw_ver[32]; /* @0 */
 	uint64_t node_guid; /* @32 */
@@ -585,6 +597,25 @@ struct vrn_list_cm_resp {
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_list_cm_resp) == 7688, "vrn_list_cm_resp");
 
+struct vrn_client_entry {
+	uint32_t client; /* @0 */
+	uint32_t owner; /* @4 */
+	uint32_t uid; /* @8 */
+	uint32_t reserved; /* @12 */
+	struct vrn_limits used; /* @16 */
+	struct vrn_limits limit; /* @64 */
+	struct vrn_limits user_used; /* @112 */
+	struct vrn_limits user_limit; /* @160 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_client_entry) == 208, "vrn_client_entry");
+
+struct vrn_list_clients_resp {
+	uint32_t count; /* @0 */
+	uint32_t next; /* @4 */
+	struct vrn_client_entry items[32]; /* @8 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_list_clients_resp) == 6664, "vrn_list_clients_resp");
+
 struct vrn_qp_entry {
 	uint32_t qpn; /* @0 */
 	uint32_t dest_qpn; /* @4 */
@@ -608,6 +639,42 @@ struct vrn_list_q_ps_resp {
 	struct vrn_qp_entry q_ps[140]; /* @8 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_list_q_ps_resp) == 7848, "vrn_list_q_ps_resp");
+
+struct vrn_res_entry {
+	uint64_t length; /* @0 */
+	uint64_t iova; /* @8 */
+	uint32_t client; /* @16 */
+	uint32_t owner; /* @20 */
+	uint32_t handle; /* @24 */
+	uint32_t pd; /* @28 */
+	uint32_t qpn; /* @32 */
+	uint32_t lkey; /* @36 */
+	uint32_t rkey; /* @40 */
+	uint32_t access; /* @44 */
+	uint32_t max_wr; /* @48 */
+	uint32_t max_recv_wr; /* @52 */
+	uint32_t max_sge; /* @56 */
+	uint32_t users; /* @60 */
+	uint32_t send_cq; /* @64 */
+	uint32_t recv_cq; /* @68 */
+	uint32_t srq; /* @72 */
+	uint8_t dgid[16]; /* @76 */
+	uint8_t kind; /* @92 */
+	uint8_t type; /* @93 */
+	uint8_t state; /* @94 */
+	uint8_t flags; /* @95 */
+	uint8_t sgid_index; /* @96 */
+	uint8_t hop_limit; /* @97 */
+	uint8_t reserved[6]; /* @98 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_res_entry) == 104, "vrn_res_entry");
+
+struct vrn_list_res_resp {
+	uint32_t count; /* @0 */
+	uint32_t next; /* @4 */
+	struct vrn_res_entry items[64]; /* @8 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_list_res_resp) == 6664, "vrn_list_res_resp");
 
 struct vrn_map_mem_req {
 	uint32_t reserved; /* @0 */
@@ -791,6 +858,13 @@ struct vrn_req_notify_cq_req {
 	uint32_t solicited_only; /* @4 */
 } __attribute__((packed));
 _Static_assert(sizeof(struct vrn_req_notify_cq_req) == 8, "vrn_req_notify_cq_req");
+
+struct vrn_res_req {
+	uint8_t kind; /* @0 */
+	uint8_t reserved_1[3]; /* @1 */
+	uint32_t start; /* @4 */
+} __attribute__((packed));
+_Static_assert(sizeof(struct vrn_res_req) == 8, "vrn_res_req");
 
 struct vrn_resize_cq_req {
 	uint32_t cq; /* @0 */

@@ -28,7 +28,7 @@ func TestGlobalFlagsBeforeCommand(t *testing.T) {
 	}{
 		{[]string{"--bogus", "stat"}, "unknown flag --bogus before the command"},
 		{[]string{"--socket"}, "flag --socket needs an argument"},
-		{[]string{"--json", "devinfo", "--socket", sock}, "flag provided but not defined: -json"},
+		{[]string{"--json", "impair", "--socket", sock}, "flag provided but not defined: -json"},
 	} {
 		rc, _, errOut := runCmd(tt.args...)
 		if rc != exitUsage || !strings.Contains(errOut, tt.want) {

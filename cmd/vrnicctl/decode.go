@@ -28,7 +28,7 @@ func init() {
 		Summary: "print each RoCEv2 packet (UDP port 4791) of a pcap or pcapng capture on one line",
 		NArgs:   1,
 		Setup: func(fs *flag.FlagSet) runFunc {
-			asJSON := fs.Bool("json", false, "print one JSON object per packet")
+			asJSON := fs.Bool("json", false, `print one JSON object: {"packets": [{"frame": N, "opcode": "...", ...}, ...]}, a packet a line`)
 			return func(args []string, stdout, _ io.Writer) error {
 				return decodeFile(args[0], stdout, *asJSON)
 			}
@@ -39,7 +39,9 @@ func init() {
 // decodeFile prints one line per RoCEv2 packet of a capture. Frames that
 // are not RoCEv2 print nothing; a RoCEv2 frame that does not decode prints a
 // line with an error and decoding goes on. Only an unreadable file is an
-// error.
+// error. With asJSON the lines are the packets of one object's list,
+// closed even when a frame cannot be read, so that what was printed
+// parses.
 func decodeFile(path string, w io.Writer, asJSON bool) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -51,6 +53,11 @@ func decodeFile(path string, w io.Writer, asJSON bool) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	out := bufio.NewWriter(w)
+	sep, end := "", ""
+	if asJSON {
+		out.WriteString(`{"packets":[`)
+		sep, end = "\n", "\n]}\n"
+	}
 	d := newFrameDecoder()
 	for n := 1; ; n++ {
 		data, ci, err := src.ReadPacketData()
@@ -58,6 +65,7 @@ func decodeFile(path string, w io.Writer, asJSON bool) error {
 			break
 		}
 		if err != nil {
+			out.WriteString(end)
 			out.Flush()
 			return fmt.Errorf("%s: frame %d: %w", path, n, err)
 		}
@@ -73,13 +81,15 @@ func decodeFile(path string, w io.Writer, asJSON bool) error {
 			if err != nil {
 				return err
 			}
+			out.WriteString(sep)
 			out.Write(b)
-			out.WriteByte('\n')
+			sep = ",\n"
 		} else {
 			out.WriteString(rec.human())
 			out.WriteByte('\n')
 		}
 	}
+	out.WriteString(end)
 	return out.Flush()
 }
 

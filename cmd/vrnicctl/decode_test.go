@@ -29,23 +29,29 @@ func runCmd(args ...string) (int, string, string) {
 	return rc, out.String(), errb.String()
 }
 
-// jsonLines decodes decode --json output, numbers kept exact.
-func jsonLines(t *testing.T, out string) []map[string]any {
+// jsonPackets decodes decode --json output, one object with the list
+// "packets", numbers kept exact.
+func jsonPackets(t *testing.T, out string) []map[string]any {
 	t.Helper()
-	var recs []map[string]any
-	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		dec := json.NewDecoder(strings.NewReader(line))
-		dec.UseNumber()
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			t.Fatalf("not JSON: %q: %v", line, err)
-		}
-		recs = append(recs, m)
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	var doc map[string][]map[string]any
+	if err := dec.Decode(&doc); err != nil || dec.More() || len(doc) != 1 || doc["packets"] == nil {
+		t.Fatalf("not one object with the list packets (%v): %q", err, out)
 	}
-	return recs
+	return doc["packets"]
+}
+
+// jsonRecord decodes one packet's object, numbers kept exact.
+func jsonRecord(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("not JSON: %q: %v", b, err)
+	}
+	return m
 }
 
 func num(t *testing.T, m map[string]any, key string) uint64 {
@@ -141,7 +147,7 @@ func TestDecodeGoldenCaptures(t *testing.T) {
 			if rc != 0 || errOut != "" {
 				t.Fatalf("exit %d: %s", rc, errOut)
 			}
-			recs := jsonLines(t, out)
+			recs := jsonPackets(t, out)
 			if len(recs) != want.Count || len(recs) != len(want.Lines) {
 				t.Fatalf("%d lines, README lists %d (%d)", len(recs), len(want.Lines), want.Count)
 			}
@@ -205,7 +211,7 @@ func TestDecodeGoldenCM(t *testing.T) {
 		t.Fatalf("exit %d", rc)
 	}
 	byFrame := map[uint64]map[string]any{}
-	for _, m := range jsonLines(t, out) {
+	for _, m := range jsonPackets(t, out) {
 		byFrame[num(t, m, "frame")] = m
 	}
 	names := map[uint64]string{0x10: "ConnectRequest", 0x13: "ConnectReply", 0x14: "ReadyToUse",
@@ -372,7 +378,7 @@ func TestDecodeHandMadeCapture(t *testing.T) {
 		if rc != 0 || errOut != "" {
 			t.Fatalf("ng=%v: exit %d: %s", ng, rc, errOut)
 		}
-		recs := jsonLines(t, out)
+		recs := jsonPackets(t, out)
 		i := 0
 		for n, fr := range frames {
 			if !fr.wantLine {
@@ -505,7 +511,7 @@ func TestDecodeEveryOpcode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := jsonLines(t, string(b))[0]
+			m := jsonRecord(t, b)
 			info := checkRecord(t, m)
 			if str(t, m, "icrc") != "ok" {
 				t.Errorf("%s: icrc %v", op, m["icrc"])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"time"
 
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
@@ -47,10 +48,18 @@ func withDeviceArgs(fs *flag.FlagSet, f func(d *verbs.Device, args []string, std
 func init() {
 	register(&command{
 		Name:    "devinfo",
-		Args:    "[--socket PATH]",
-		Summary: "print the device and port attributes and the GID table, laid out as ibv_devinfo -v",
+		Args:    "[--json] [--socket PATH]",
+		Summary: "print the device and port attributes and the GID table, laid out as ibv_devinfo -v, then what rdma link show adds: the netdev and mode, and the daemon's version and uptime",
 		NArgs:   0,
-		Setup:   func(fs *flag.FlagSet) runFunc { return withDevice(fs, devinfo) },
+		Setup: func(fs *flag.FlagSet) runFunc {
+			asJSON := fs.Bool("json", false, `print one JSON object: {"hca_id": NAME, "node_guid": "...", ..., "netdev": "eth1", "mode": "raw", "version": "...", "uptime_s": N, "ports": [{"port": 1, "state": "PORT_ACTIVE", ..., "gids": [{"index": 0, "gid": "fe80::...", "type": "RoCE v2"}]}]}`)
+			return withDevice(fs, func(d *verbs.Device, w io.Writer) error {
+				if *asJSON {
+					return devinfoJSON(d, w)
+				}
+				return devinfo(d, w)
+			})
+		},
 	})
 }
 
@@ -261,12 +270,28 @@ func devinfo(d *verbs.Device, w io.Writer) error {
 		}
 		p("\n")
 	}
-	// Not in ibv_devinfo's layout: a port impaired on purpose says so
-	// (vrnicctl impair), so that it is not forgotten.
+	// Not in ibv_devinfo's layout: what rdma link show says beside it, and
+	// what the daemon is. A daemon older than query_daemon does not say.
+	if di, err := d.Daemon(); err == nil {
+		p("\tnetdev:\t\t\t\t%s\n", orDash(di.Netdev))
+		p("\tmode:\t\t\t\t%s\n", orDash(di.Mode))
+		p("\tdaemon_version:\t\t\t%s\n", orDash(di.Version))
+		p("\tuptime:\t\t\t\t%s\n", di.Uptime.Truncate(time.Second))
+	}
+	// A port impaired on purpose says so (vrnicctl impair), so that it is
+	// not forgotten.
 	if im, on, err := d.Impairment(); err == nil && on {
 		p("\t%s\n", impairText(im, on))
 	}
 	return b.Flush()
+}
+
+// orDash is s, or "-" for nothing.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // nullGID is devinfo.c's test for an empty slot: no interface ID.

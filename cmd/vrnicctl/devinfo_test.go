@@ -1,21 +1,28 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vrnic/vrnicd/nic/nictest"
+	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
 
 // daemonHost is an in-process verbsock server over a nictest device
 // (192.0.2.1, MAC 02:00:00:00:00:01), listening on a socket in a temp
-// directory, with the port's counters as the daemon passes them.
+// directory, with the port's counters as the daemon passes them and its
+// interface, mode and version as vrnicd says them (netdev "vrnic0", TAP
+// mode, version "v0.0-test", started a minute and a half ago).
 func daemonHost(t *testing.T) (*nictest.Host, *nictest.Host, string) {
 	t.Helper()
 	ha, hb := nictest.Pair(t, 1500)
-	srv, err := server.New(server.Config{Device: ha.Dev, ExtraCounters: ha.Stack.Counters().Each})
+	srv, err := server.New(server.Config{Device: ha.Dev, ExtraCounters: ha.Stack.Counters().Each,
+		Netdev: "vrnic0", Mode: verbsock.ModeTAP, Version: "v0.0-test", Started: time.Now().Add(-90 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +148,10 @@ const devinfoWant = `hca_id:	vrnic0
 			GID[  0]:		fe80::ff:fe00:1, RoCE v2
 			GID[  1]:		::ffff:192.0.2.1, RoCE v2
 
+	netdev:				vrnic0
+	mode:				tap
+	daemon_version:			v0.0-test
+	uptime:				1m30s
 `
 
 func TestDevinfo(t *testing.T) {
@@ -149,6 +160,8 @@ func TestDevinfo(t *testing.T) {
 	if rc != 0 {
 		t.Fatalf("devinfo: exit %d, stderr %q", rc, errOut)
 	}
+	// The uptime is 1m30s and the time the test has taken.
+	out = regexp.MustCompile(`(?m)^(\tuptime:\t+)1m3\ds$`).ReplaceAllString(out, "${1}1m30s")
 	if out != devinfoWant {
 		got, want := strings.Split(out, "\n"), strings.Split(devinfoWant, "\n")
 		for i := range max(len(got), len(want)) {
@@ -177,5 +190,27 @@ func TestAdminCommandsWithoutDaemon(t *testing.T) {
 	}
 	if rc, _, _ := runCmd("stat", "extra"); rc != exitUsage {
 		t.Errorf("stat with an argument: exit %d, want %d", rc, exitUsage)
+	}
+}
+
+// devinfo --json: one object with the device's attributes, the daemon's
+// netdev, mode, version and uptime, and the ports with their GIDs as
+// named lists.
+func TestDevinfoJSON(t *testing.T) {
+	_, _, sock := daemonHost(t)
+	var doc jsonDevinfo
+	runJSON(t, &doc, "devinfo", "--json", "--socket", sock)
+	if doc.HCAID != "vrnic0" || doc.NodeGUID != "0000:00ff:fe00:0001" || doc.MaxQP != 65536 || doc.AtomicCap != "ATOMIC_HCA" ||
+		len(doc.DeviceCaps) != 12 || doc.DeviceCaps[0] != "BAD_PKEY_CNTR" || doc.MaxSRQWR != 16384 {
+		t.Errorf("device: %+v", doc)
+	}
+	if doc.Netdev != "vrnic0" || doc.Mode != "tap" || doc.Version != "v0.0-test" || doc.UptimeS < 90 || doc.UptimeS > 200 {
+		t.Errorf("daemon: netdev %q mode %q version %q uptime %d s", doc.Netdev, doc.Mode, doc.Version, doc.UptimeS)
+	}
+	want := jsonPort{Port: 1, State: "PORT_ACTIVE", PhysState: "LINK_UP", MaxMTU: 4096, ActiveMTU: 1024, LinkLayer: "Ethernet",
+		MaxMsgSize: 0x80000000, CapFlags: 0x10000, PKeyTblLen: 1, GIDTblLen: 1024,
+		GIDs: []jsonGID{{0, "fe80::ff:fe00:1", "RoCE v2"}, {1, "::ffff:192.0.2.1", "RoCE v2"}}}
+	if len(doc.Ports) != 1 || fmt.Sprint(doc.Ports[0]) != fmt.Sprint(want) {
+		t.Errorf("ports %+v, want [%+v]", doc.Ports, want)
 	}
 }

@@ -13,11 +13,12 @@ import (
 func init() {
 	register(&command{
 		Name:    "stat",
-		Args:    "[--json] [--socket PATH] [--watch [SECONDS] [--count N]]",
-		Summary: "print the device's counters (transport and port) and every QP's, or with --watch their rates",
+		Args:    "[-a] [--json] [--socket PATH] [--watch [SECONDS] [--count N]]",
+		Summary: "print the device's counters (transport and port) and every QP's on one line (those not zero; -a: all), or with --watch their rates",
 		NArgs:   -1, // --watch's SECONDS
 		Setup: func(fs *flag.FlagSet) runFunc {
 			asJSON := fs.Bool("json", false, `print one JSON object: {"device": {NAME: N, ...}, "qps": [{"qpn": N, NAME: N, ...}]}; with --watch one a line, of rates`)
+			all := fs.Bool("a", false, "print every counter of each QP, zeros too (the JSON has them all anyway)")
 			watch := addWatchFlags(fs)
 			run := withDevice(fs, func(d *verbs.Device, stdout io.Writer) error {
 				if watch.w.on {
@@ -30,7 +31,7 @@ func init() {
 				if *asJSON {
 					return statJSON(st, stdout)
 				}
-				return statText(d.Name(), st, stdout)
+				return statText(d.Name(), st, *all, stdout)
 			})
 			return func(args []string, stdout, stderr io.Writer) error {
 				if err := watch.positional(args); err != nil {
@@ -43,8 +44,9 @@ func init() {
 }
 
 // statText prints the device counters one a line, then one line per QP in
-// the form of `rdma statistic show`: name value pairs.
-func statText(name string, st verbs.Stats, w io.Writer) error {
+// the form of `rdma statistic show`: name value pairs, only those not zero
+// unless all (a QP has a score of counters, most of them zero: the errors).
+func statText(name string, st verbs.Stats, all bool, w io.Writer) error {
 	b := bufio.NewWriter(w)
 	fmt.Fprintf(b, "device %s\n", name)
 	for _, c := range st.Device {
@@ -53,7 +55,9 @@ func statText(name string, st verbs.Stats, w io.Writer) error {
 	for _, q := range st.QPs {
 		fmt.Fprintf(b, "qp 0x%06x", q.QPN)
 		for _, c := range q.Counters {
-			fmt.Fprintf(b, " %s %d", c.Name, c.Value)
+			if all || c.Value != 0 {
+				fmt.Fprintf(b, " %s %d", c.Name, c.Value)
+			}
 		}
 		b.WriteByte('\n')
 	}

@@ -230,11 +230,24 @@ func statJSONQPs(t *testing.T, doc statDoc, p *rcPair) (qa, qb map[string]uint64
 	return qa, qb
 }
 
-// statPlain checks plain stat: the device's lines in want's order with the
-// values of doc, then one line a QP, the writer's (qpnA) as qa says.
+// statPlain checks plain stat -a: the device's lines in want's order with
+// the values of doc, then one line a QP, the writer's (qpnA) as qa says,
+// with every counter; and stat without -a: the counters that are not zero.
 func statPlain(t *testing.T, sock string, doc statDoc, want []string, qpnA uint32, qa map[string]uint64) {
 	t.Helper()
-	rc, out, errOut := runCmd("stat", "--socket", sock)
+	statQPLine(t, sock, doc, want, qpnA, qa, false)
+	statQPLine(t, sock, doc, want, qpnA, qa, true)
+}
+
+// statQPLine runs stat (-a if all) and checks its device lines and QP A's
+// line.
+func statQPLine(t *testing.T, sock string, doc statDoc, want []string, qpnA uint32, qa map[string]uint64, all bool) {
+	t.Helper()
+	args := []string{"stat", "--socket", sock}
+	if all {
+		args = append(args, "-a")
+	}
+	rc, out, errOut := runCmd(args...)
 	if rc != 0 {
 		t.Fatalf("stat: exit %d, stderr %q", rc, errOut)
 	}
@@ -254,7 +267,12 @@ func statPlain(t *testing.T, sock string, doc statDoc, want []string, qpnA uint3
 	}
 	wantA := fmt.Sprintf("qp 0x%06x", qpnA)
 	for _, n := range transport.CounterNames() {
-		wantA += fmt.Sprintf(" %s %d", n, qa[n])
+		if all || qa[n] != 0 {
+			wantA += fmt.Sprintf(" %s %d", n, qa[n])
+		}
+	}
+	if !all && (!strings.Contains(wantA, " sent_pkts 3") || regexp.MustCompile(` 0( |$)`).MatchString(wantA)) {
+		t.Errorf("QP A's counters %v: want sent_pkts 3 and zeros left out: %q", qa, wantA)
 	}
 	if qpLines[0] != wantA && qpLines[1] != wantA {
 		t.Errorf("no line %q in %q", wantA, qpLines)

@@ -158,7 +158,7 @@ func TestDecodeMatchesTshark(t *testing.T) {
 		t.Fatalf("decode: exit %d: %s", rc, errOut)
 	}
 	ours := map[int]map[string]any{}
-	for _, m := range jsonLines(t, out) {
+	for _, m := range jsonPackets(t, out) {
 		n, _ := jsonNum(m["frame"])
 		ours[int(n)] = m
 	}

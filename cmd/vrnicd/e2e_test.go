@@ -536,8 +536,9 @@ func e2eSRQ(t *testing.T, n *e2eNet) {
 }
 
 // vrnicctl against the real daemon: devinfo names the device, its GUID
-// from the interface's MAC and the GIDs of its addresses; qp lists a
-// client's QPs with its pid, peer and PSNs; stat counts the packets.
+// from the interface's MAC, the GIDs of its addresses, its interface and
+// raw mode; qp and res qp list a client's QPs with its pid, peer and
+// PSNs; stat counts the packets.
 func e2eCtl(t *testing.T, n *e2eNet) {
 	out := n.ctl(t, "devinfo", "--socket", n.sockA)
 	mac := interfaceMACString(n.a.ready)
@@ -548,7 +549,8 @@ func e2eCtl(t *testing.T, n *e2eNet) {
 	guid := fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", hw[0]^2, hw[1], hw[2], hw[3], hw[4], hw[5])
 	for _, want := range []string{"hca_id:\tvrnicA\n", "\tnode_guid:\t\t\t" + guid + "\n", "\tsys_image_guid:\t\t\t" + guid + "\n",
 		"\tatomic_cap:\t\t\tATOMIC_HCA (1)\n", "\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n", "\t\t\tactive_mtu:\t\t1024 (3)\n",
-		"\t\t\tlink_layer:\t\tEthernet\n", "\t\t\tGID[  1]:\t\t::ffff:192.0.2.1, RoCE v2\n", "]:\t\t2001:db8::1, RoCE v2\n"} {
+		"\t\t\tlink_layer:\t\tEthernet\n", "\t\t\tGID[  1]:\t\t::ffff:192.0.2.1, RoCE v2\n", "]:\t\t2001:db8::1, RoCE v2\n",
+		"\tnetdev:\t\t\t\t" + n.argsA[1] + "\n", "\tmode:\t\t\t\traw\n", "\tdaemon_version:\t\t\t"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("devinfo lacks %q:\n%s", want, out)
 		}
@@ -580,6 +582,9 @@ func e2eCtl(t *testing.T, n *e2eNet) {
 		t.Errorf("vrnicctl qp: srtt_us %d after a WRITE", mine.SRTTUS)
 	}
 	mine.SRTTUS = 0
+	if out := n.ctl(t, "res", "qp", "--json", "--socket", n.sockA); !strings.Contains(out, fmt.Sprintf(`"qpn":%d,"type":"RC","state":"RTS"`, a.qp.QPN())) {
+		t.Errorf("vrnicctl res qp lacks QP %#x in RTS: %s", a.qp.QPN(), out)
+	}
 	if want := (jsonQPLine{QPN: a.qp.QPN(), Type: "RC", State: "RTS", DestQPN: b.qp.QPN(), SendPSN: 105, CompPSN: 105,
 		RecvPSN: 100, PID: os.Getpid(), Comm: strings.TrimSpace(string(self)), Peer: e2eB4, Window: 128}); mine != want {
 		t.Errorf("vrnicctl qp: %+v, want %+v", mine, want)

@@ -176,17 +176,17 @@ func pairPcapICRCs(t *testing.T, vrnicctl, pcapB string) {
 	if err != nil {
 		t.Fatalf("vrnicctl decode: %v\n%s", err, out)
 	}
+	var doc struct{ Packets []map[string]any }
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("vrnicctl decode: %v:\n%s", err, out)
+	}
 	var toB, fromB int
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("decode line %q: %v", l, err)
-		}
+	for _, rec := range doc.Packets {
 		if rec["src"] == "192.0.2.3" {
 			continue // the control's datagrams: no ICRC, dropped by B
 		}
 		if rec["icrc"] != "ok" {
-			t.Errorf("pcap packet %s", l)
+			t.Errorf("pcap packet %v", rec)
 		}
 		switch {
 		case rec["dst"] == "192.0.2.2":

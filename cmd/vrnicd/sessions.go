@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vrnic/vrnicd/cmd/internal/version"
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/capture"
 	"github.com/vrnic/vrnicd/nic/cmagent"
+	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
@@ -42,7 +44,16 @@ func newConnServer(dev *nic.Device, cma *cmagent.Agent, port server.CounterFunc,
 	}
 	return server.New(server.Config{Device: dev, Log: log, ExtraCounters: withCapture(extra, hub), Capture: hub, CaptureGID: captureGID,
 		Limits: c.ConnLimits, UserLimits: c.UserLimits, MaxConns: c.MaxConns, MaxConnsPerUser: c.MaxConnsPerUser,
-		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs, CM: cma, Impair: im})
+		HelloTimeout: c.HelloTimeout, PrivilegedGroups: c.PrivilegedGIDs, CM: cma, Impair: im,
+		Netdev: c.Iface, Mode: linkMode(c.Mode), Version: version.Version()})
+}
+
+// linkMode is the mode as query_daemon names it (vrnicctl devinfo).
+func linkMode(m netstack.Mode) uint8 {
+	if m == netstack.ModeRaw {
+		return verbsock.ModeRaw
+	}
+	return verbsock.ModeTAP
 }
 
 // sessions accepts client connections and tracks them so shutdown can close

@@ -230,7 +230,7 @@ func tapSIGTERM(t *testing.T, d *daemonProc, notify *notifySocket, nsD *linktest
 // tapPcaps: every frame of both pcaps decodes, with a good ICRC: 8 before
 // the rotation, 2 (to the new address) after.
 func tapPcaps(t *testing.T, vrnicctl, pcap string) {
-	var lines []string
+	var recs []map[string]any
 	for _, f := range []struct {
 		path string
 		min  int
@@ -239,19 +239,15 @@ func tapPcaps(t *testing.T, vrnicctl, pcap string) {
 		if err != nil {
 			t.Fatalf("vrnicctl decode: %v\n%s", err, out)
 		}
-		l := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(l) < f.min || l[0] == "" {
-			t.Fatalf("vrnicctl decode %s printed %d packets, want ≥ %d:\n%s", f.path, len(l), f.min, out)
+		var doc struct{ Packets []map[string]any }
+		if err := json.Unmarshal(out, &doc); err != nil || len(doc.Packets) < f.min {
+			t.Fatalf("vrnicctl decode %s: %v, %d packets, want ≥ %d:\n%s", f.path, err, len(doc.Packets), f.min, out)
 		}
-		lines = append(lines, l...)
+		recs = append(recs, doc.Packets...)
 	}
-	for _, l := range lines {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("decode line %q: %v", l, err)
-		}
+	for _, rec := range recs {
 		if rec["icrc"] != "ok" || rec["error"] != nil {
-			t.Errorf("pcap packet %s", l)
+			t.Errorf("pcap packet %v", rec)
 		}
 	}
 }

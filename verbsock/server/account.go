@@ -156,6 +156,12 @@ func (s *Server) Used(uid uint32) verbsock.Limits {
 	a.mu.Lock()
 	u := a.used
 	a.mu.Unlock()
+	return limitsOf(u)
+}
+
+// limitsOf is the inverse of limitsArray: counts by resource as Limits'
+// fields.
+func limitsOf(u [nRes]uint64) verbsock.Limits {
 	return verbsock.Limits{MaxPD: uint32(u[resPD]), MaxCQ: uint32(u[resCQ]), MaxQP: uint32(u[resQP]),
 		MaxSRQ: uint32(u[resSRQ]), MaxMR: uint32(u[resMR]), MaxMW: uint32(u[resMW]), MaxAH: uint32(u[resAH]),
 		MaxMem: uint32(u[resMem]), MaxMemBytes: u[resMemBytes], MaxMRBytes: u[resMRBytes]}

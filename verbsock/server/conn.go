@@ -41,6 +41,9 @@ type conn struct {
 	// query_stats and list_qps page through a snapshot (request loop only).
 	statsPages, listPages qpPager
 	cmList                []verbsock.CMEntry // list_cm snapshot being paged (request loop only)
+	resKind               uint8              // list_res: the kind of resList
+	resList               []resRef           // list_res snapshot being paged (request loop only)
+	clientList            []*conn            // list_clients snapshot being paged (request loop only)
 
 	mu         sync.RWMutex
 	nextHandle uint32

@@ -84,12 +84,17 @@ var handlers = map[verbsock.Op]handler{
 		r, err := c.querySRQ(req.(*verbsock.HandleReq).Handle)
 		return r, nil, err
 	},
-	verbsock.OpDestroySRQ: byHandle((*conn).destroySRQHandle),
-	verbsock.OpCreateAH:   reply((*conn).createAH),
-	verbsock.OpDestroyAH:  byHandle((*conn).destroyAH),
-	verbsock.OpQueryStats: reply((*conn).queryStats),
-	verbsock.OpListQPs:    reply((*conn).listQPs),
-	verbsock.OpListCM:     reply((*conn).listCM),
+	verbsock.OpDestroySRQ:  byHandle((*conn).destroySRQHandle),
+	verbsock.OpCreateAH:    reply((*conn).createAH),
+	verbsock.OpDestroyAH:   byHandle((*conn).destroyAH),
+	verbsock.OpQueryStats:  reply((*conn).queryStats),
+	verbsock.OpListQPs:     reply((*conn).listQPs),
+	verbsock.OpListCM:      reply((*conn).listCM),
+	verbsock.OpListRes:     reply((*conn).listRes),
+	verbsock.OpListClients: reply((*conn).listClients),
+	verbsock.OpQueryDaemon: func(c *conn, _ any, _ []int) (any, []int, error) {
+		return c.queryDaemon(), nil, nil
+	},
 	verbsock.OpCapture: func(c *conn, req any, _ []int) (any, []int, error) {
 		return c.capture(req.(*verbsock.CaptureReq))
 	},

@@ -99,6 +99,13 @@ type Config struct {
 	// each client's listeners and connections.
 	CM       *cmagent.Agent
 	CMLimits CMLimits
+	// Netdev, Mode (verbsock.ModeTAP, ModeRaw), Version and Started (zero:
+	// when New ran) are what query_daemon reports of the daemon (vrnicctl
+	// devinfo, devices), as `rdma link show` names a device's netdev.
+	Netdev  string
+	Mode    uint8
+	Version string
+	Started time.Time
 }
 
 // Server serves verbsock connections.
@@ -145,6 +152,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxFastRegPages <= 0 {
 		cfg.MaxFastRegPages = 4096
+	}
+	if cfg.Started.IsZero() {
+		cfg.Started = time.Now()
 	}
 	if err := checkExtraCounters(cfg.ExtraCounters); err != nil {
 		return nil, err
