@@ -35,39 +35,47 @@ func realDaemons(t *testing.T) [2]tool {
 		ns    *linktest.NS
 		iface string
 	}{{nsA, "vcab0"}, {nsB, "vcab1"}} {
-		sock := filepath.Join(dir, x.iface+".sock")
-		log, err := os.Create(filepath.Join(dir, x.iface+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("ip", "netns", "exec", x.ns.Name, bin, "--iface", x.iface, "--socket", sock)
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill() // by PID: ours
-			_ = cmd.Wait()
-			log.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(log.Name())
-				t.Logf("vrnicd %s:\n%s", x.iface, b)
-			}
-		})
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			if _, err := os.Stat(sock); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b, _ := os.ReadFile(log.Name())
-				t.Fatalf("vrnicd on %s made no socket in 15 s:\n%s", x.iface, b)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		tl[i] = tool{lib, sock, x.ns.Name}
+		tl[i] = startVrnicd(t, bin, lib, dir, x.ns, x.iface)
 	}
 	return tl
+}
+
+// startVrnicd runs the vrnicd binary bin in raw mode on iface in ns, its
+// socket and log in dir, until the test ends (killed by PID), and returns
+// a tool for it.
+func startVrnicd(t *testing.T, bin, lib, dir string, ns *linktest.NS, iface string) tool {
+	t.Helper()
+	sock := filepath.Join(dir, iface+".sock")
+	log, err := os.Create(filepath.Join(dir, iface+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, bin, "--iface", iface, "--socket", sock)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // by PID: ours
+		_ = cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("vrnicd %s:\n%s", iface, b)
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log.Name())
+			t.Fatalf("vrnicd on %s made no socket in 15 s:\n%s", iface, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return tool{lib, sock, ns.Name}
 }
 
 // Debian's programs on vrnicd processes over a real link: what a user runs.
