@@ -47,6 +47,14 @@ const (
 	maxIters      = 100000000
 )
 
+// Inline sizes: -I's range (MAX_INLINE; a device may take less), and
+// ctx_set_max_inline's defaults for the latency tests on RC.
+const (
+	maxInline       = 912
+	defInlineWrite  = 220 // DEF_INLINE_WRITE
+	defInlineSendRC = 236 // DEF_INLINE_SEND_RC_UC_XRC
+)
+
 type atomicType int
 
 const (
@@ -310,7 +318,7 @@ func (p *params) setForTest(o getopt.Opt) error {
 		if oneSided {
 			return getopt.Usagef(" Inline feature not available on READ/Atomic verbs")
 		}
-		v, err = optInt(o, 0, 912, "Max inline")
+		v, err = optInt(o, 0, maxInline, "Max inline")
 		p.inlineSize, p.userInline = int(v), true
 	case 'o':
 		if !oneSided {
@@ -512,7 +520,8 @@ Options:
   -c, --connection=RC     connection type (RC only)
   -q, --qp=<num>          num of qp's (default 1; bw tests)
   -e, --events            sleep on CQ events (not with write)
-  -I, --inline_size=<n>   max inline size (the device has none: disabled)
+  -I, --inline_size=<n>   max size of message to be sent in inline (0 - 912; default 220 write_lat,
+                          236 send_lat, else 0; vrnicd takes up to its max_inline_data, 512)
   -o, --outs=<num>        outstanding reads/atomics (default: the device's maximum)
   -Q, --cq-mod=<n>        generate a completion every n WRs (default 100)
   -N, --noPeak            skip the peak bandwidth computation
