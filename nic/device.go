@@ -93,7 +93,7 @@ type Config struct {
 // DefaultBusyPoll is vrnicd's BusyPoll unless configured, and the test
 // devices' (nictest): a worker polls for 100 us after its last work,
 // yielding the CPU between looks, before it sleeps. On the 2-core machine
-// of README "Performance" this took write_lat from 58 to 31 us and send_bw
+// of docs/performance.md this took write_lat from 58 to 31 us and send_bw
 // from 0.15 to 0.32 M msg/s against sleeping at once (each wake-up there
 // costs a system call on each side and a context switch); 30 us kept half
 // of that, 200 us and 1 ms gave no more. An idle daemon does not poll:

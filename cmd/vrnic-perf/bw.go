@@ -269,14 +269,11 @@ func (l *bwLoop) post() error {
 		for (l.scnt[i] < p.iters || p.isDuration) && l.scnt[i]-l.ccnt[i]+1 <= uint64(p.txDepth) {
 			k := l.scnt[i]
 			wr := l.wrs[i].wr
-			wr.Flags = 0
-			if k%cqMod == cqMod-1 || (!p.isDuration && k == p.iters-1) {
-				wr.Flags = verbs.SendSignaled
-			}
+			wr.Flags = l.s.sendFlags(k%cqMod == cqMod-1 || (!p.isDuration && k == p.iters-1))
 			if !p.noPeak {
 				l.run.tposted[l.totS] = l.ns()
 			}
-			if err := qp.PostSend(wr); err != nil {
+			if err := postSend(qp, wr); err != nil {
 				return fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", i, l.scnt[i], err)
 			}
 			l.s.advance(&l.wrs[i], k)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vrnic/vrnicd/cmd/internal/docgen"
@@ -17,15 +19,28 @@ func docPage() *docgen.Page {
 	var flags []docgen.Flag
 	for _, o := range options {
 		arg, text := docgen.FromHelp(help, o.Short, o.Long)
-		if text == "" {
+		refused := slices.Contains(refusedOptions, o)
+		if refused {
 			text = "perftest's option; vrnic-perf refuses it by name (vrnicd has no such feature)"
 		}
 		if arg == "" && o.HasArg {
 			arg = "ARG"
 		}
-		flags = append(flags, docgen.Flag{Short: o.Short, Long: o.Long, Arg: arg, Help: text})
+		flags = append(flags, docgen.Flag{Short: o.Short, Long: o.Long, Arg: arg, Help: text, NoComplete: refused})
 	}
 	docgen.SortFlags(flags)
+	// The tests, each with the options it does not take.
+	var cmds []docgen.Command
+	for _, name := range testNames {
+		t := tests[name]
+		c := docgen.Command{Name: name, Summary: testSummary(t)}
+		for _, o := range takenOptions {
+			if o.Short != 0 && !takes(t, o.Short) {
+				c.Omit = append(c.Omit, "-"+string(o.Short), "--"+o.Long)
+			}
+		}
+		cmds = append(cmds, c)
+	}
 	return &docgen.Page{
 		Name: "vrnic-perf", Section: 1,
 		Summary:  "perftest's bandwidth and latency tests over vrnicd",
@@ -35,8 +50,11 @@ func docPage() *docgen.Page {
 			"With -R (perftest's rdma_cm mode) there is no TCP: the exchange goes as SENDs over an rdma_cm connection of its own on the port, and each of the test's QPs is connected by rdma_cm on the same port; HOST is then the server's RoCE address. -z alone moves only the exchange.",
 			"TEST is one of write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat.",
 		},
-		Flags: flags,
-		Env:   []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
+		Flags:        flags,
+		Commands:     cmds,
+		CommandFirst: true,
+		CommandName:  "test",
+		Env:          []docgen.Env{{Name: verbs.SocketEnv, Help: "vrnicd's socket when --socket is not given (default " + verbs.DefaultSocket + ")."}},
 		Extra: []docgen.Section{
 			{Title: "EXAMPLES", Paragraphs: []string{
 				"vrnic-perf write_bw on the server, whose daemon has the RoCE address 192.0.2.1, then vrnic-perf write_bw 192.0.2.1 on the client: RDMA WRITE bandwidth, 5000 messages of 64 KiB, over perftest's TCP exchange on port 18515 (either side may be ib_write_bw).",
@@ -46,4 +64,15 @@ func docPage() *docgen.Page {
 		},
 		SeeAlso: []string{"vrnicd(8)", "vrnicctl(1)", "vrnic-pingpong(1)", "ib_write_bw(1)"},
 	}
+}
+
+// testSummary is a test's line in vrnic-perf(1) and the completions.
+func testSummary(t test) string {
+	what := map[verb]string{verbSend: "SEND", verbWrite: "RDMA WRITE", verbRead: "RDMA READ",
+		verbAtomic: "atomic fetch-and-add or compare-and-swap"}[t.verb]
+	kind := "bandwidth"
+	if t.lat {
+		kind = "latency"
+	}
+	return fmt.Sprintf("%s %s, as perftest's %s", what, kind, t.tool)
 }

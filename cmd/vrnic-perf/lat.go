@@ -158,7 +158,7 @@ func (s *session) runLatWrite(ctx context.Context) (latRun, error) {
 	p := s.p
 	wrs := s.sendWRs()
 	wr := wrs[0].wr
-	wr.Flags = verbs.SendSignaled
+	wr.Flags = s.sendFlags(true)
 	data := s.buf.Bytes()
 	post := int(p.size) - 1
 	poll := p.numQPs*int(s.bsize) + int(p.size) - 1
@@ -189,7 +189,7 @@ func (s *session) runLatWrite(ctx context.Context) (latRun, error) {
 			}
 			scnt++
 			data[post] = byte(scnt)
-			if err := s.qps[0].PostSend(wr); err != nil {
+			if err := postSend(s.qps[0], wr); err != nil {
 				return r, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
 		}
@@ -247,7 +247,7 @@ func (s *session) runLat(ctx context.Context) (latRun, error) {
 			r.tposted[scnt] = int64(time.Since(base))
 		}
 		scnt++
-		if err := s.qps[0].PostSend(wr); err != nil {
+		if err := postSend(s.qps[0], wr); err != nil {
 			return r, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 		}
 		if clock.ended() {
@@ -360,12 +360,9 @@ func (l *latSendLoop) send() (ended bool, err error) {
 		l.r.tposted[l.scnt] = int64(time.Since(l.base))
 	}
 	l.scnt++
-	l.wr.Flags = 0
 	signal := l.scnt%uint64(p.cqMod) == 0 || (!p.isDuration && l.scnt == p.iters)
-	if signal {
-		l.wr.Flags = verbs.SendSignaled
-	}
-	if err := s.qps[0].PostSend(l.wr); err != nil {
+	l.wr.Flags = s.sendFlags(signal)
+	if err := postSend(s.qps[0], l.wr); err != nil {
 		return false, fmt.Errorf("Couldn't post send: scnt=%d: %w", l.scnt, err)
 	}
 	if !signal {

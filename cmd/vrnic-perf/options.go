@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,14 @@ const (
 	maxIters      = 100000000
 )
 
+// Inline sizes: -I's range (MAX_INLINE; a device may take less), and
+// ctx_set_max_inline's defaults for the latency tests on RC.
+const (
+	maxInline       = 912
+	defInlineWrite  = 220 // DEF_INLINE_WRITE
+	defInlineSendRC = 236 // DEF_INLINE_SEND_RC_UC_XRC
+)
+
 type atomicType int
 
 const (
@@ -63,6 +72,9 @@ type test struct {
 	verb verb
 	lat  bool
 }
+
+// testNames are the tests in perftest's order (the usage's).
+var testNames = []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"}
 
 var tests = map[string]test{
 	"write_bw":   {"write_bw", "ib_write_bw", verbWrite, false},
@@ -116,9 +128,12 @@ type params struct {
 
 func (p *params) client() bool { return p.servername != "" }
 
-// perftest's options (its long names), the ones vrnic-perf takes and
-// those it refuses by name rather than as unknown.
-var options = []getopt.Option{
+// perftest's options (its long names), the ones vrnic-perf takes (some
+// only in some tests: testRefuses) and those it refuses by name rather than
+// as unknown.
+var options = slices.Concat(takenOptions, refusedOptions)
+
+var takenOptions = []getopt.Option{
 	{Short: 'p', Long: "port", HasArg: true},
 	{Short: 'd', Long: "ib-dev", HasArg: true},
 	{Short: 'i', Long: "ib-port", HasArg: true},
@@ -149,7 +164,10 @@ var options = []getopt.Option{
 	{Long: "quiet"},
 	{Short: 'z', Long: "comm_rdma_cm"},
 	{Short: 'R', Long: "rdma_cm"},
-	// Refused with a reason: perftest features vrnicd's tools do not have.
+}
+
+// refusedOptions are perftest features vrnicd's tools do not have.
+var refusedOptions = []getopt.Option{
 	{Short: 'b', Long: "bidirectional"},
 	{Short: 'l', Long: "post_list", HasArg: true},
 	{Short: 'O', Long: "dualport"},
@@ -171,7 +189,7 @@ var options = []getopt.Option{
 // with its defaults, range checks and force_dependecies adjustments.
 func parseArgs(args []string) (*params, error) {
 	if len(args) == 0 {
-		return nil, getopt.Usagef("no test: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat")
+		return nil, getopt.Usagef("no test: want one of %s", strings.Join(testNames, " "))
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		return &params{help: true}, nil
@@ -179,7 +197,7 @@ func parseArgs(args []string) (*params, error) {
 	t, ok := tests[args[0]]
 	if !ok {
 		// One line, not the whole usage: a mistyped name needs the list.
-		return nil, fmt.Errorf("unknown test %q: want one of write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat (vrnic-perf --help for the options)", args[0])
+		return nil, fmt.Errorf("unknown test %q: want one of %s (vrnic-perf --help for the options)", args[0], strings.Join(testNames, " "))
 	}
 	p := &params{test: t, port: oob.DefaultPort, ibPort: 1, gidIndex: -1, numQPs: 1, inlineSize: -1, cqMod: defCQMod,
 		duration: defDuration, margin: -1, qpTimeout: defQPTime, atomic: fetchAndAdd, socket: verbs.SocketPath()}
@@ -230,7 +248,36 @@ func optInt(o getopt.Opt, lo, hi int64, name string) (int64, error) {
 	return v, nil
 }
 
+// testRefuses is perftest's refusal of an option (by its short name) that
+// test t does not take, or nil.
+func testRefuses(t test, short byte) error {
+	oneSided := t.verb == verbRead || t.verb == verbAtomic
+	switch {
+	case short == 'q' && t.lat:
+		return getopt.Usagef(" Multiple QPs only available on bw tests")
+	case short == 'I' && oneSided:
+		return getopt.Usagef(" Inline feature not available on READ/Atomic verbs")
+	case short == 'o' && !oneSided:
+		return getopt.Usagef(" Setting Outstanding reads only available on READ verb")
+	case short == 'e' && t.verb == verbWrite:
+		return getopt.Usagef(" Events feature not available on WRITE verb")
+	case short == 'A' && t.verb != verbAtomic:
+		return getopt.Usagef(" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests")
+	}
+	return nil
+}
+
+// takes says whether test t takes option short at all: not one it
+// refuses as it parses (testRefuses), nor -a in the atomic tests, whose
+// largest size force_dependecies refuses.
+func takes(t test, short byte) bool {
+	return testRefuses(t, short) == nil && !(short == 'a' && t.verb == verbAtomic)
+}
+
 func (p *params) set(o getopt.Opt) error {
+	if err := testRefuses(p.test, o.Option.Short); err != nil {
+		return err
+	}
 	num := func(lo, hi int64, name string) (int64, error) { return optInt(o, lo, hi, name) }
 	var v int64
 	var err error
@@ -285,37 +332,26 @@ func (p *params) set(o getopt.Opt) error {
 			p.socket = o.Arg
 			break
 		}
-		if ok, ferr := p.setFlag(o); !ok {
+		if !p.setFlag(o) {
 			return fmt.Errorf(" %s: not supported by vrnic-perf", o.Name())
-		} else if ferr != nil {
-			return ferr
 		}
 	}
 	return err
 }
 
-// setForTest sets the options that only some tests take.
+// setForTest sets the options that only some tests take (set has checked
+// with testRefuses) or take only some values of.
 func (p *params) setForTest(o getopt.Opt) error {
-	oneSided := p.test.verb == verbRead || p.test.verb == verbAtomic
 	var v int64
 	var err error
 	switch o.Option.Short {
 	case 'q':
-		if p.test.lat {
-			return getopt.Usagef(" Multiple QPs only available on bw tests")
-		}
 		v, err = optInt(o, 1, 16384, "num of Qps")
 		p.numQPs = int(v)
 	case 'I':
-		if oneSided {
-			return getopt.Usagef(" Inline feature not available on READ/Atomic verbs")
-		}
-		v, err = optInt(o, 0, 912, "Max inline")
+		v, err = optInt(o, 0, maxInline, "Max inline")
 		p.inlineSize, p.userInline = int(v), true
 	case 'o':
-		if !oneSided {
-			return getopt.Usagef(" Setting Outstanding reads only available on READ verb")
-		}
 		v, err = optInt(o, -1<<31, 1<<31-1, "Outstanding Reads")
 		p.outReads = int(v)
 	case 'r':
@@ -328,17 +364,14 @@ func (p *params) setForTest(o getopt.Opt) error {
 	return err
 }
 
-// setFlag sets an option without an argument; ok is false for one
-// vrnic-perf does not take.
-func (p *params) setFlag(o getopt.Opt) (ok bool, err error) {
+// setFlag sets an option without an argument; false for one vrnic-perf
+// does not take.
+func (p *params) setFlag(o getopt.Opt) bool {
 	switch o.Option.Short {
 	case 'a':
 		p.runAll = true
 	case 'F': // no CPU frequency to check: vrnic-perf times with the monotonic clock
 	case 'e':
-		if p.test.verb == verbWrite {
-			return true, getopt.Usagef(" Events feature not available on WRITE verb")
-		}
 		p.events = true
 	case 'N':
 		p.noPeak = true
@@ -357,10 +390,10 @@ func (p *params) setFlag(o getopt.Opt) (ok bool, err error) {
 		case "quiet":
 			p.quiet = true
 		default:
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 // setSize is -s: bytes, or with a K or M suffix.
@@ -380,11 +413,8 @@ func (p *params) setSize(arg string) error {
 	return nil
 }
 
-// setAtomic is -A, for the atomic tests only.
+// setAtomic is -A, for the atomic tests only (testRefuses).
 func (p *params) setAtomic(arg string) error {
-	if p.test.verb != verbAtomic {
-		return getopt.Usagef(" You are not running the atomic_lat/bw test!\n To change the atomic action type, you must run one of the atomic tests")
-	}
 	switch arg {
 	case atomicNames[cmpAndSwap]:
 		p.atomic = cmpAndSwap
@@ -512,7 +542,8 @@ Options:
   -c, --connection=RC     connection type (RC only)
   -q, --qp=<num>          num of qp's (default 1; bw tests)
   -e, --events            sleep on CQ events (not with write)
-  -I, --inline_size=<n>   max inline size (the device has none: disabled)
+  -I, --inline_size=<n>   max size of message to be sent in inline (0 - 912; default 220 write_lat,
+                          236 send_lat, else 0; vrnicd takes up to its max_inline_data, 512)
   -o, --outs=<num>        outstanding reads/atomics (default: the device's maximum)
   -Q, --cq-mod=<n>        generate a completion every n WRs (default 100)
   -N, --noPeak            skip the peak bandwidth computation

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vrnic/vrnicd/cmd/internal/oob"
@@ -52,6 +55,17 @@ var stallTimeout = 60 * time.Second
 
 // onListen, if set, is told the server's address once it listens.
 var onListen func(net.Addr)
+
+// onPost, if set, is shown each WR a test posts before it goes to the QP.
+var onPost func(verbs.SendWR)
+
+// postSend posts one of a test's WRs.
+func postSend(qp *verbs.QP, wr verbs.SendWR) error {
+	if onPost != nil {
+		onPost(wr)
+	}
+	return qp.PostSend(wr)
+}
 
 func perf(ctx context.Context, p *params, stdout, stderr io.Writer) error {
 	dev, err := verbs.Open(p.socket)
@@ -101,7 +115,8 @@ func perf(ctx context.Context, p *params, stdout, stderr io.Writer) error {
 
 // checkLink is check_link: the port must be up, on Ethernet (RoCE); the GID
 // index defaults to 0 there; outstanding reads default to the device's
-// maximum; the inline size is disabled (perftest does not know the device).
+// maximum; the inline size is ctx_set_max_inline's for a device perftest
+// knows (see defaultInline).
 func (s *session) checkLink() error {
 	p := s.p
 	port, err := s.dev.QueryPort(uint8(p.ibPort))
@@ -119,11 +134,9 @@ func (s *session) checkLink() error {
 		return fmt.Errorf(" Couldn't query the device: %w", err)
 	}
 	s.maxRdAtom = int(attr.MaxQPRdAtom)
-	if p.inlineSize != -1 {
-		io.WriteString(s.out, resultLine)
-		fmt.Fprintf(s.errw, "Device not recognized to implement inline feature. Disabling it\n")
+	if p.inlineSize == -1 {
+		p.inlineSize = defaultInline(p.test)
 	}
-	p.inlineSize = 0
 	if p.test.verb == verbRead || p.test.verb == verbAtomic {
 		switch {
 		case p.outReads > s.maxRdAtom:
@@ -228,7 +241,7 @@ func (s *session) initCtx() error {
 		}
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq, Cap: c})
 		if err != nil {
-			return fmt.Errorf("Couldn't create QP: %w", err)
+			return s.qpCreateError(err)
 		}
 		s.qps = append(s.qps, qp)
 		if err := s.qpInit(qp); err != nil {
@@ -236,6 +249,53 @@ func (s *session) initCtx() error {
 		}
 	}
 	return nil
+}
+
+// defaultInline is ctx_set_max_inline's inline size when -I is not given,
+// for a device perftest recognizes (vrnicd takes inline sends up to its
+// max_inline_data, 512 bytes by default): the latency tests' optimal values
+// for RC, DEF_INLINE_WRITE and DEF_INLINE_SEND_RC_UC_XRC; none for the
+// bandwidth tests, reads and atomics.
+func defaultInline(t test) int {
+	if !t.lat {
+		return 0
+	}
+	switch t.verb {
+	case verbWrite:
+		return defInlineWrite
+	case verbSend:
+		return defInlineSendRC
+	}
+	return 0
+}
+
+// qpCreateError is what perftest prints when ibv_create_qp fails (as it
+// does for an -I above the device's max_inline_data): create_reg_qp_main's,
+// ctx_init's and main's lines, after ctx_qp_create's hint for ENOMEM; then
+// the daemon's reason.
+func (s *session) qpCreateError(err error) error {
+	var b strings.Builder
+	if errors.Is(err, syscall.ENOMEM) {
+		b.WriteString("Requested QP size might be too big. Try reducing TX depth and/or inline size.\n")
+		fmt.Fprintf(&b, "Current TX depth is %d and inline size is %d .\n", s.p.txDepth, s.p.inlineSize)
+	}
+	b.WriteString("Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources\n")
+	return fmt.Errorf("%s%w", b.String(), err)
+}
+
+// sendFlags are a send WR's flags: IBV_SEND_INLINE for a SEND or WRITE
+// whose size fits the inline size (ctx_set_send_wqes, run_iter_lat_*), and
+// IBV_SEND_SIGNALED if signal.
+func (s *session) sendFlags(signal bool) verbs.SendFlags {
+	p := s.p
+	var f verbs.SendFlags
+	if (p.test.verb == verbSend || p.test.verb == verbWrite) && p.size <= uint64(p.inlineSize) {
+		f = verbs.SendInline
+	}
+	if signal {
+		f |= verbs.SendSignaled
+	}
+	return f
 }
 
 // qpInit takes a QP to INIT with the test's remote access (with -R,

@@ -214,7 +214,7 @@ func TestOutputMatchesPerftestRdmaCM(t *testing.T) {
 	} {
 		t.Run(tc.ref, func(t *testing.T) {
 			srv, cli := runPairCM(t, ds, tc.test, append([]string{"--quiet", "-x", fmt.Sprint(ds[0].Host.GIDIndex())}, strings.Fields(tc.args)...)...)
-			checkGolden(t, tc.ref, srv, cli, func(out string) []string {
+			checkGolden(t, tc.ref, tc.test, srv, cli, func(out string) []string {
 				l := skeleton(out, true)
 				for i := range l {
 					l[i] = iterRE.ReplaceAllString(l[i], ", # iterations>")

@@ -121,6 +121,8 @@ func TestParamsRefused(t *testing.T) {
 		"write_bw -s 0":            "Message Size should be between 1 and 2147483647",
 		"write_bw -x 70":           "Gid index should be between 0 and 64",
 		"write_bw -I 100 -o 3":     "Setting Outstanding reads only available on READ verb",
+		"read_lat -I 8":            "Inline feature not available on READ/Atomic verbs",
+		"send_lat -I 913":          "Max inline should be between 0 and 912",
 		"write_bw a b":             `unexpected arguments ["b"]`,
 	} {
 		_, err := parseArgs(strings.Fields(args))

@@ -483,7 +483,7 @@ func (raw *rawConfig) validateOutputs(c *Config) error {
 
 // defaultWorkers: one datapath worker. On a machine whose cores the
 // daemons share with busy-polling clients, more cost more than they give
-// (README "Performance").
+// (docs/performance.md).
 const defaultWorkers = 1
 
 // maxBusyPoll bounds --busy-poll: past it a worker is simply busy.
@@ -492,8 +492,8 @@ const maxBusyPoll = 10 * time.Millisecond
 // defaultRxRingFrames: room for eight QPs' worth of unacknowledged packets
 // (128 PSNs each, RXE_MAX_UNACKED_PSNS) and their ACKs. With 448 slots (the
 // earlier ring sized for MTU 9000 frames) write_bw -q 4 lost about 5 % of
-// its packets to the receiver's ring on a clean veth (README
-// "Performance"); RoCEv2 frames never exceed link.MaxRoCEPacket, so slots
+// its packets to the receiver's ring on a clean veth
+// (docs/performance.md); RoCEv2 frames never exceed link.MaxRoCEPacket, so slots
 // of that size give 1024 of them from about the same memory.
 const defaultRxRingFrames = 1024
 

@@ -326,7 +326,7 @@ func (d *daemon) openLink() error {
 	// A TPACKET_V2 receive ring: the kernel hands each frame over at once
 	// (V3 holds a block until it fills or times out, which costs latency),
 	// and the ring, unlike recvmmsg's socket buffer, keeps up with the
-	// link (vrnic-linkbench; README "Performance"). The filter passes
+	// link (vrnic-linkbench; docs/performance.md). The filter passes
 	// RoCEv2 only, so a slot need not hold more than MaxRoCEPacket; it holds
 	// that much whatever the MTU is now, since the MTU is followed.
 	ring := &link.RingConfig{Version: 2, MaxPacket: link.MaxRoCEPacket, Frames: cfg.RxRingFrames}

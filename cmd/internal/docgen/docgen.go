@@ -22,12 +22,19 @@ type Flag struct {
 	// OptArg: the argument may be left out (vrnicctl stat --watch).
 	OptArg bool
 	Help   string
+	// NoComplete: the page documents the option, the completions do not
+	// offer it (one the parser knows only to refuse it).
+	NoComplete bool
 }
 
-// Command is one subcommand (vrnicctl's).
+// Command is one subcommand (vrnicctl's), or with Page.CommandFirst the
+// word the tool's options follow (vrnic-perf's test).
 type Command struct {
 	Name, Args, Summary string
 	Flags               []Flag
+	// Omit names ("-q" or "--qp") the page's flags this command does not
+	// take: the completions do not offer them after it.
+	Omit []string
 }
 
 // Env is an environment variable a tool reads.
@@ -42,6 +49,12 @@ type Page struct {
 	Description []string // paragraphs
 	Flags       []Flag
 	Commands    []Command
+	// CommandFirst: the command must be the first word and the page's
+	// flags come after it (vrnic-perf TEST [options]), not before.
+	CommandFirst bool
+	// CommandName is what a command is called in the completions and the
+	// man page's section (TESTS for "test"); "command" if empty.
+	CommandName string
 	Env         []Env
 	Extra       []Section // more sections (SIGNALS, FILES, ...)
 	SeeAlso     []string  // "vrnicctl(1)"
@@ -214,6 +227,29 @@ func flagNames(f Flag) []string {
 		n = append(n, "--"+f.Long)
 	}
 	return n
+}
+
+// commandName is what the page calls its commands.
+func (p *Page) commandName() string {
+	if p.CommandName == "" {
+		return "command"
+	}
+	return p.CommandName
+}
+
+// commandFlags are the page's flags command c takes (CommandFirst).
+func (p *Page) commandFlags(c Command) []Flag {
+	omit := map[string]bool{}
+	for _, o := range c.Omit {
+		omit[o] = true
+	}
+	var out []Flag
+	for _, f := range p.Flags {
+		if !slices.ContainsFunc(flagNames(f), func(n string) bool { return omit[n] }) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // SortFlags orders flags by long name (short for those without).

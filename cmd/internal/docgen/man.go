@@ -28,9 +28,12 @@ func (p *Page) Man(w io.Writer) error {
 		}
 	}
 	if len(p.Commands) > 0 {
-		b.WriteString(".SH COMMANDS\n")
+		fmt.Fprintf(b, ".SH %sS\n", strings.ToUpper(roff(p.commandName())))
 		for _, c := range p.Commands {
-			fmt.Fprintf(b, ".SS %s %s\n%s\n", roff(c.Name), roff(c.Args), roff(c.Summary))
+			fmt.Fprintf(b, ".SS %s\n%s\n", strings.TrimSpace(roff(c.Name)+" "+roff(c.Args)), roff(c.Summary))
+			if len(c.Omit) > 0 {
+				fmt.Fprintf(b, ".PP\nNot with %s.\n", roff(strings.Join(c.Omit, ", ")))
+			}
 			for _, f := range c.Flags {
 				manFlag(b, f)
 			}

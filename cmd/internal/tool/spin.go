@@ -19,7 +19,7 @@ import (
 // 64 KiB WRITEs at 10 Gb/s), a streak of empty polls longer than
 // BackoffAfter sleeps instead, napMin at first and twice as long each time
 // up to napMax: yielding between polls still took half a core from the
-// two daemons sharing this machine's two cores (README "Performance").
+// two daemons sharing this machine's two cores (docs/performance.md).
 type Spinner struct {
 	Backoff bool
 
