@@ -19,6 +19,10 @@ type Limits struct {
 	MaxPD, MaxCQ, MaxQP, MaxSRQ, MaxMR, MaxMW, MaxAH, MaxMem uint32
 	MaxMemBytes                                              uint64 // bytes of memfds mapped (rings and buffers)
 	MaxMRBytes                                               uint64 // bytes registered in MRs
+	// MaxMcast bounds multicast memberships: QP attachments (attach_mcast)
+	// and rdma_cm joins (cm_join).
+	MaxMcast uint32
+	_        uint32
 }
 
 type HelloReq struct {

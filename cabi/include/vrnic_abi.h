@@ -535,8 +535,10 @@ struct vrn_limits {
 	uint32_t max_mem; /* @28 */
 	uint64_t max_mem_bytes; /* @32 */
 	uint64_t max_mr_bytes; /* @40 */
+	uint32_t max_mcast; /* @48 */
+	uint32_t reserved_52; /* @52 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_limits) == 48, "vrn_limits");
+_Static_assert(sizeof(struct vrn_limits) == 56, "vrn_limits");
 
 struct vrn_hello_resp {
 	uint16_t version; /* @0 */
@@ -546,7 +548,7 @@ struct vrn_hello_resp {
 	uint8_t dev_name[32]; /* @12 */
 	struct vrn_limits limits; /* @44 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_hello_resp) == 92, "vrn_hello_resp");
+_Static_assert(sizeof(struct vrn_hello_resp) == 100, "vrn_hello_resp");
 
 struct vrn_impair_params {
 	uint32_t loss_ppm; /* @0 */
@@ -603,18 +605,18 @@ struct vrn_client_entry {
 	uint32_t uid; /* @8 */
 	uint32_t reserved; /* @12 */
 	struct vrn_limits used; /* @16 */
-	struct vrn_limits limit; /* @64 */
-	struct vrn_limits user_used; /* @112 */
-	struct vrn_limits user_limit; /* @160 */
+	struct vrn_limits limit; /* @72 */
+	struct vrn_limits user_used; /* @128 */
+	struct vrn_limits user_limit; /* @184 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_client_entry) == 208, "vrn_client_entry");
+_Static_assert(sizeof(struct vrn_client_entry) == 240, "vrn_client_entry");
 
 struct vrn_list_clients_resp {
 	uint32_t count; /* @0 */
 	uint32_t next; /* @4 */
 	struct vrn_client_entry items[32]; /* @8 */
 } __attribute__((packed));
-_Static_assert(sizeof(struct vrn_list_clients_resp) == 6664, "vrn_list_clients_resp");
+_Static_assert(sizeof(struct vrn_list_clients_resp) == 7688, "vrn_list_clients_resp");
 
 struct vrn_qp_entry {
 	uint32_t qpn; /* @0 */

@@ -12,12 +12,12 @@ import (
 
 // quotaNames name Limits' fields, in its order, in res client's table and
 // JSON.
-var quotaNames = []string{"pd", "cq", "qp", "srq", "mr", "mw", "ah", "mem", "mem_bytes", "mr_bytes"}
+var quotaNames = []string{"pd", "cq", "qp", "srq", "mr", "mw", "ah", "mem", "mem_bytes", "mr_bytes", "mcast"}
 
 // quotaValues are l's fields in quotaNames' order.
 func quotaValues(l verbs.Limits) []uint64 {
 	return []uint64{uint64(l.MaxPD), uint64(l.MaxCQ), uint64(l.MaxQP), uint64(l.MaxSRQ), uint64(l.MaxMR),
-		uint64(l.MaxMW), uint64(l.MaxAH), uint64(l.MaxMem), l.MaxMemBytes, l.MaxMRBytes}
+		uint64(l.MaxMW), uint64(l.MaxAH), uint64(l.MaxMem), l.MaxMemBytes, l.MaxMRBytes, uint64(l.MaxMcast)}
 }
 
 // quotaMap is l as a JSON object's fields.

@@ -63,6 +63,16 @@ type fileConfig struct {
 	PrivilegedGroups      []string    `toml:"privileged_groups"`
 	ConnectionLimits      *limitsFile `toml:"connection_limits"`
 	UserLimits            *limitsFile `toml:"user_limits"`
+	Multicast             *mcastFile  `toml:"multicast"`
+}
+
+// mcastFile is the device's UD multicast limits (ibv_query_device's
+// max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach); 0 or
+// absent keys keep kernel rxe's 8192, 56 and 458752.
+type mcastFile struct {
+	MaxGroups      int `toml:"max_groups"`
+	MaxQPsPerGroup int `toml:"max_qps_per_group"`
+	MaxAttachments int `toml:"max_attachments"`
 }
 
 // limitsFile is a quota table (connection_limits, user_limits); 0 or
@@ -78,6 +88,7 @@ type limitsFile struct {
 	MaxMem      uint64 `toml:"max_mem"`
 	MaxMemBytes uint64 `toml:"max_mem_bytes"`
 	MaxMRBytes  uint64 `toml:"max_mr_bytes"`
+	MaxMcast    uint64 `toml:"max_mcast"`
 }
 
 // setting is one raw value with where it came from, so an error can name
@@ -108,6 +119,7 @@ type rawConfig struct {
 	helloTimeout              setting[string]
 	privilegedGroups          setting[[]string]
 	connLimits, userLimits    setting[*limitsFile]
+	mcast                     setting[*mcastFile]
 }
 
 // configError is a bad command line or configuration: the daemon exits with
@@ -154,8 +166,10 @@ type Config struct {
 	// values are the server's defaults.
 	ConnLimits, UserLimits    verbsock.Limits
 	MaxConns, MaxConnsPerUser int
-	HelloTimeout              time.Duration
-	PrivilegedGIDs            []uint32
+	// The device's UD multicast limits (nic.Limits); 0: kernel rxe's.
+	McastGroups, McastQPsPerGroup, McastAttachments int
+	HelloTimeout                                    time.Duration
+	PrivilegedGIDs                                  []uint32
 }
 
 // loadFile reads a TOML config strictly: unknown keys and values of the
@@ -228,6 +242,9 @@ func loadClientLimits(fc *fileConfig, raw *rawConfig, in func(string) string) {
 	if fc.UserLimits != nil {
 		raw.userLimits = setting[*limitsFile]{fc.UserLimits, in("user_limits")}
 	}
+	if fc.Multicast != nil {
+		raw.mcast = setting[*mcastFile]{fc.Multicast, in("multicast")}
+	}
 }
 
 // validateClientLimits checks the connection and quota keys.
@@ -270,6 +287,9 @@ func (raw *rawConfig) validateClientLimits(c *Config) error {
 		}
 		c.PrivilegedGIDs = append(c.PrivilegedGIDs, uint32(gid))
 	}
+	if err := raw.mcast.mcastLimits(c); err != nil {
+		return err
+	}
 	var err error
 	if c.ConnLimits, err = raw.connLimits.limits(); err != nil {
 		return err
@@ -292,7 +312,7 @@ func (s setting[T]) limits() (verbsock.Limits, error) {
 		dst *uint32
 	}{{"max_pd", lf.MaxPD, &l.MaxPD}, {"max_cq", lf.MaxCQ, &l.MaxCQ}, {"max_qp", lf.MaxQP, &l.MaxQP},
 		{"max_srq", lf.MaxSRQ, &l.MaxSRQ}, {"max_mr", lf.MaxMR, &l.MaxMR}, {"max_mw", lf.MaxMW, &l.MaxMW},
-		{"max_ah", lf.MaxAH, &l.MaxAH}, {"max_mem", lf.MaxMem, &l.MaxMem}} {
+		{"max_ah", lf.MaxAH, &l.MaxAH}, {"max_mem", lf.MaxMem, &l.MaxMem}, {"max_mcast", lf.MaxMcast, &l.MaxMcast}} {
 		if f.v > 1<<31 {
 			return l, s.errorf("%s = %d is out of range (0..%d; 0 is the default)", f.key, f.v, uint64(1)<<31)
 		}
@@ -300,6 +320,27 @@ func (s setting[T]) limits() (verbsock.Limits, error) {
 	}
 	l.MaxMemBytes, l.MaxMRBytes = lf.MaxMemBytes, lf.MaxMRBytes
 	return l, nil
+}
+
+// mcastLimits checks the [multicast] table into c: each limit from 1 to
+// 1<<20 (0 or absent: kernel rxe's).
+func (s setting[T]) mcastLimits(c *Config) error {
+	m, _ := any(s.v).(*mcastFile)
+	if m == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+		dst *int
+	}{{"max_groups", m.MaxGroups, &c.McastGroups}, {"max_qps_per_group", m.MaxQPsPerGroup, &c.McastQPsPerGroup},
+		{"max_attachments", m.MaxAttachments, &c.McastAttachments}} {
+		if f.v < 0 || f.v > 1<<20 {
+			return s.errorf("%s = %d is out of range (0..%d; 0 is the default)", f.key, f.v, 1<<20)
+		}
+		*f.dst = f.v
+	}
+	return nil
 }
 
 var tomlTypeMsg = regexp.MustCompile(`cannot decode TOML (\w+) into .* of type (\S+)$`)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/netstack"
 	"github.com/vrnic/vrnicd/verbsock/server"
 )
@@ -80,6 +81,8 @@ func TestBadConfig(t *testing.T) {
 		{"bad privileged group", "iface = \"tap:v0\"\nprivileged_groups = [\"no-such-group-vrnicd\"]\n", nil, []string{"config FILE: privileged_groups: ", `no group "no-such-group-vrnicd"`}},
 		{"unknown limit", "iface = \"tap:v0\"\nuser_limits = { max_pds = 1 }\n", nil, []string{`unknown key "max_pds" (line 2)`}},
 		{"limit range", "iface = \"tap:v0\"\nconnection_limits = { max_qp = 9999999999 }\n", nil, []string{"config FILE: connection_limits: ", "max_qp = 9999999999 is out of range"}},
+		{"multicast range", "iface = \"tap:v0\"\nmulticast = { max_groups = -1 }\n", nil, []string{"config FILE: multicast: ", "max_groups = -1 is out of range"}},
+		{"unknown multicast key", "iface = \"tap:v0\"\nmulticast = { groups = 1 }\n", nil, []string{`unknown key "groups" (line 2)`}},
 		{"missing file", "", []string{"--config=/nonexistent/vrnicd.toml"}, []string{"config /nonexistent/vrnicd.toml: no such file or directory"}},
 	}
 	for _, tt := range tests {
@@ -196,6 +199,11 @@ func TestExampleConfig(t *testing.T) {
 		c.HelloTimeout != server.DefaultHelloTimeout || !slices.Equal(c.PrivilegedGIDs, []uint32{0}) {
 		t.Fatalf("the example's client limits are not the defaults: %+v %+v %d %d %v %v", c.ConnLimits, c.UserLimits,
 			c.MaxConns, c.MaxConnsPerUser, c.HelloTimeout, c.PrivilegedGIDs)
+	}
+	if c.McastGroups != nic.DefaultMaxMcastGrp || c.McastQPsPerGroup != nic.DefaultMaxMcastQPAttach ||
+		c.McastAttachments != nic.DefaultMaxTotalMcastQPAttach {
+		t.Fatalf("the example's multicast limits %d/%d/%d are not the device's defaults", c.McastGroups,
+			c.McastQPsPerGroup, c.McastAttachments)
 	}
 }
 

@@ -141,7 +141,9 @@ func start(o *options, cfg *Config, stderr io.Writer) (_ *daemon, err error) {
 	})
 	reservePs(cfg.Workers)
 	d.dev, err = nic.NewDevice(nic.Config{Name: cfg.Name, MAC: mac, LinkMTU: d.lnk.MTU(), GIDs: d.gids,
-		Workers: cfg.Workers, BusyPoll: cfg.BusyPoll, Log: d.log.With("device", cfg.Name)})
+		Workers: cfg.Workers, BusyPoll: cfg.BusyPoll, Log: d.log.With("device", cfg.Name),
+		Limits: nic.Limits{MaxMcastGrp: cfg.McastGroups, MaxMcastQPAttach: cfg.McastQPsPerGroup,
+			MaxTotalMcastQPAttach: cfg.McastAttachments}})
 	if err != nil {
 		return nil, err
 	}
@@ -628,6 +630,9 @@ func keepClientLimits(old, nc *Config, restart func(key string, changed bool, wa
 	restart("user_limits", nc.UserLimits != old.UserLimits, fmt.Sprintf("%+v", old.UserLimits), fmt.Sprintf("%+v", nc.UserLimits))
 	nc.MaxConns, nc.MaxConnsPerUser, nc.HelloTimeout = old.MaxConns, old.MaxConnsPerUser, old.HelloTimeout
 	nc.PrivilegedGIDs, nc.ConnLimits, nc.UserLimits = old.PrivilegedGIDs, old.ConnLimits, old.UserLimits
+	mcast := func(c *Config) [3]int { return [3]int{c.McastGroups, c.McastQPsPerGroup, c.McastAttachments} }
+	restart("multicast", mcast(nc) != mcast(old), mcast(old), mcast(nc))
+	nc.McastGroups, nc.McastQPsPerGroup, nc.McastAttachments = old.McastGroups, old.McastQPsPerGroup, old.McastAttachments
 }
 
 func ifaceString(c *Config) string {

@@ -36,15 +36,16 @@ const (
 	resMem
 	resMemBytes // mapped memfds plus the daemon's private per-QP and per-SRQ memory
 	resMRBytes
+	resMcast // QP attachments to multicast groups and rdma_cm joins
 	nRes
 )
 
 var resName = [nRes]string{"PDs", "CQs", "QPs", "SRQs", "MRs", "MWs", "AHs", "memory objects",
-	"bytes of daemon memory (mapped and per-QP)", "bytes registered"}
+	"bytes of daemon memory (mapped and per-QP)", "bytes registered", "multicast memberships"}
 
 func limitsArray(l *verbsock.Limits) [nRes]uint64 {
 	return [nRes]uint64{uint64(l.MaxPD), uint64(l.MaxCQ), uint64(l.MaxQP), uint64(l.MaxSRQ), uint64(l.MaxMR),
-		uint64(l.MaxMW), uint64(l.MaxAH), uint64(l.MaxMem), l.MaxMemBytes, l.MaxMRBytes}
+		uint64(l.MaxMW), uint64(l.MaxAH), uint64(l.MaxMem), l.MaxMemBytes, l.MaxMRBytes, uint64(l.MaxMcast)}
 }
 
 // DefaultUserLimits are what all connections of one uid may hold together
@@ -53,7 +54,7 @@ func limitsArray(l *verbsock.Limits) [nRes]uint64 {
 // (userShare), so that one user cannot fill a device-wide table.
 var DefaultUserLimits = verbsock.Limits{
 	MaxPD: 256, MaxCQ: 1024, MaxQP: 1024, MaxSRQ: 256, MaxMR: 16384, MaxMW: 16384, MaxAH: 16384, MaxMem: 16384,
-	MaxMemBytes: 8 << 30, MaxMRBytes: 8 << 30,
+	MaxMemBytes: 8 << 30, MaxMRBytes: 8 << 30, MaxMcast: 1024,
 }
 
 // Connection defaults (Config.MaxConns, MaxConnsPerUser, HelloTimeout).
@@ -80,7 +81,7 @@ func userLimits(l verbsock.Limits, a deviceTables) [nRes]uint64 {
 		}
 	}
 	caps := map[resource]int{resPD: a.MaxPD, resCQ: a.MaxCQ, resQP: a.MaxQP, resSRQ: a.MaxSRQ, resMR: a.MaxMR,
-		resMW: a.MaxMW, resAH: a.MaxAH}
+		resMW: a.MaxMW, resAH: a.MaxAH, resMcast: a.MaxMcastGrp}
 	for r, n := range caps {
 		if n > 0 {
 			u[r] = min(u[r], userShare(n))
@@ -89,7 +90,7 @@ func userLimits(l verbsock.Limits, a deviceTables) [nRes]uint64 {
 	return u
 }
 
-type deviceTables struct{ MaxPD, MaxCQ, MaxQP, MaxSRQ, MaxMR, MaxMW, MaxAH int }
+type deviceTables struct{ MaxPD, MaxCQ, MaxQP, MaxSRQ, MaxMR, MaxMW, MaxAH, MaxMcastGrp int }
 
 // account is one uid's usage, shared by its connections.
 type account struct {
@@ -123,7 +124,7 @@ func (a *account) idle() bool {
 
 // objectKinds name the counted resources for Objects, as the metrics
 // label them.
-var objectKinds = [nRes]string{"pd", "cq", "qp", "srq", "mr", "mw", "ah", "mem", "mapped_bytes", "registered_bytes"}
+var objectKinds = [nRes]string{"pd", "cq", "qp", "srq", "mr", "mw", "ah", "mem", "mapped_bytes", "registered_bytes", "mcast"}
 
 // Objects calls yield with what all clients hold now, by kind (PDs, CQs,
 // QPs, SRQs, MRs, MWs, AHs, memory objects, and the bytes of daemon memory
@@ -164,7 +165,7 @@ func (s *Server) Used(uid uint32) verbsock.Limits {
 func limitsOf(u [nRes]uint64) verbsock.Limits {
 	return verbsock.Limits{MaxPD: uint32(u[resPD]), MaxCQ: uint32(u[resCQ]), MaxQP: uint32(u[resQP]),
 		MaxSRQ: uint32(u[resSRQ]), MaxMR: uint32(u[resMR]), MaxMW: uint32(u[resMW]), MaxAH: uint32(u[resAH]),
-		MaxMem: uint32(u[resMem]), MaxMemBytes: u[resMemBytes], MaxMRBytes: u[resMRBytes]}
+		MaxMem: uint32(u[resMem]), MaxMemBytes: u[resMemBytes], MaxMRBytes: u[resMRBytes], MaxMcast: uint32(u[resMcast])}
 }
 
 // charge counts n of r against the connection's uid (the per-connection

@@ -31,14 +31,19 @@ func (c *conn) cmJoin(a *cmagent.Agent, r *verbsock.CMJoinReq) (any, error) {
 	if r.Src != [16]byte{} {
 		src = netip.AddrFrom16(r.Src)
 	}
+	if err := c.chargeMcast(); err != nil {
+		return nil, err
+	}
 	j, err := a.JoinMulticast(src, netip.AddrFrom16(r.Group), r.Flags == verbsock.CMJoinSendOnly)
 	if err != nil {
+		c.uncharge(resMcast, 1)
 		return nil, err
 	}
 	k.mu.Lock()
 	if k.gone {
 		k.mu.Unlock()
 		a.LeaveMulticast(j)
+		c.uncharge(resMcast, 1)
 		return nil, errf(syscall.ENOTCONN, "client gone")
 	}
 	h := k.next
@@ -60,5 +65,6 @@ func (c *conn) cmLeave(a *cmagent.Agent, h uint32) error {
 		return noObj("multicast join", h)
 	}
 	a.LeaveMulticast(j)
+	c.uncharge(resMcast, 1)
 	return nil
 }

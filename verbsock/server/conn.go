@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic"
+	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -101,6 +102,8 @@ type qpObj struct {
 	cap    transport.QPCap
 	// blockSelfMcast: created with BLOCK_SELF_MCAST_LB
 	blockSelfMcast bool
+	mcast          map[gid.GID]bool // groups attached (attach_mcast); under conn.mu
+	mcastN         atomic.Int32     // len(mcast), charged as resMcast
 	scq, rcq       *cqObj
 	srq            *srqObj
 	sqm, rqm       *shm.Mapping
@@ -447,8 +450,9 @@ func (c *conn) cleanup() {
 
 func (c *conn) destroyQP(q *qpObj) {
 	if qp := q.qp.Load(); qp != nil {
-		qp.Destroy() // ERR, flush into the CQ rings, owners stopped
+		qp.Destroy() // ERR, flush into the CQ rings, owners stopped; out of its groups
 	}
+	c.releaseMcast(q)
 	q.sqm.Release()
 	if q.rqm != nil {
 		q.rqm.Release()

@@ -52,7 +52,7 @@ var _ Device = (*nic.Device)(nil)
 // DefaultLimits are the per-connection quotas when Config.Limits is zero.
 var DefaultLimits = verbsock.Limits{
 	MaxPD: 64, MaxCQ: 256, MaxQP: 256, MaxSRQ: 64, MaxMR: 4096, MaxMW: 4096, MaxAH: 4096, MaxMem: 4096,
-	MaxMemBytes: 4 << 30, MaxMRBytes: 4 << 30,
+	MaxMemBytes: 4 << 30, MaxMRBytes: 4 << 30, MaxMcast: 256,
 }
 
 // Config configures a Server.
@@ -174,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 	fill32(&l.MaxMW, d.MaxMW)
 	fill32(&l.MaxAH, d.MaxAH)
 	fill32(&l.MaxMem, d.MaxMem)
+	fill32(&l.MaxMcast, d.MaxMcast)
 	if l.MaxMemBytes == 0 {
 		l.MaxMemBytes = d.MaxMemBytes
 	}
@@ -190,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	a := cfg.Device.Attr()
 	s.userLim = userLimits(cfg.UserLimits, deviceTables{MaxPD: a.MaxPD, MaxCQ: a.MaxCQ, MaxQP: a.MaxQP,
-		MaxSRQ: a.MaxSRQ, MaxMR: a.MaxMR, MaxMW: a.MaxMW, MaxAH: a.MaxAH})
+		MaxSRQ: a.MaxSRQ, MaxMR: a.MaxMR, MaxMW: a.MaxMW, MaxAH: a.MaxAH, MaxMcastGrp: a.MaxMcastGrp})
 	s.wg.Add(1)
 	go s.sweeper()
 	return s, nil

@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -139,6 +140,9 @@ func TestJoinMulticast(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Leave()
+	if groups := e.host.Stack.Groups(); !slices.Contains(groups, group) {
+		t.Errorf("the port's groups after a full member's join: %v, want %v in them", groups, group)
+	}
 	if g.MGID != mcastGID("239.3.3.3") || g.AH.DGID != g.MGID || g.AH.HopLimit != 64 || g.AH.TrafficClass != 0 ||
 		g.QPN != 0xFFFFFF || g.QKey != mcQKey || g.Local != e.host.Addr || int(g.AH.SGIDIndex) != int(e.host.GIDIndex()) {
 		t.Errorf("join: %+v", g)
@@ -170,11 +174,64 @@ func TestJoinMulticast(t *testing.T) {
 	if groups := e.host.Dev.McastGroups(); len(groups) != 0 {
 		t.Errorf("groups after leave and detach: %v", groups)
 	}
+	if groups := e.host.Stack.Groups(); len(groups) != 0 {
+		t.Errorf("the port is still in %v after the leave and the detach", groups)
+	}
 	so, err := d.JoinMulticast(group, verbs.JoinOptions{SendOnly: true})
 	if err != nil || !so.SendOnly {
 		t.Fatalf("send-only join: %+v, %v", so, err)
 	}
+	if groups := e.host.Stack.Groups(); len(groups) != 0 {
+		t.Errorf("a send-only join made the port join %v (the kernel sends no IGMP for one)", groups)
+	}
 	if err := so.Leave(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The client's multicast memberships are bounded: attachments and rdma_cm
+// joins count together against Limits.MaxMcast (EDQUOT past it), and a
+// detach, a leave or a destroyed QP gives them back.
+func TestMcastQuota(t *testing.T) {
+	e := newEnv(t, verbsock.Limits{MaxMcast: 3})
+	d := e.client()
+	if got := d.Limits().MaxMcast; got != 3 {
+		t.Fatalf("hello's MaxMcast %d, want 3", got)
+	}
+	a := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	udReady(t, a, mcQKey)
+	for _, g := range []string{"239.0.0.1", "239.0.0.2"} {
+		if err := a.qp.AttachMcast(mcastGID(g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.qp.AttachMcast(mcastGID("239.0.0.1")); err != nil { // again: no new membership
+		t.Fatal(err)
+	}
+	j, err := d.JoinMulticast(netip.MustParseAddr("239.0.0.3"), verbs.JoinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.AttachMcast(mcastGID("239.0.0.4")); !errors.Is(err, syscall.EDQUOT) {
+		t.Errorf("fourth membership of 3: %v, want EDQUOT", err)
+	}
+	if _, err := d.JoinMulticast(netip.MustParseAddr("239.0.0.5"), verbs.JoinOptions{}); !errors.Is(err, syscall.EDQUOT) {
+		t.Errorf("fourth membership (a join) of 3: %v, want EDQUOT", err)
+	}
+	if err := j.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.AttachMcast(mcastGID("239.0.0.4")); err != nil {
+		t.Errorf("after a leave: %v", err)
+	}
+	if err := a.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	b := newSide(t, d, e.host, verbs.QPTypeUD, nil, nil)
+	udReady(t, b, mcQKey)
+	for _, g := range []string{"239.0.1.1", "239.0.1.2", "239.0.1.3"} {
+		if err := b.qp.AttachMcast(mcastGID(g)); err != nil {
+			t.Errorf("after the QP holding 3 was destroyed: %v", err)
+		}
 	}
 }

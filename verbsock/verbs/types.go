@@ -153,8 +153,9 @@ type PortAttr = verbsock.PortAttr
 
 // Limits are the daemon's quotas for this connection: MaxPD, MaxCQ, MaxQP,
 // MaxSRQ, MaxMR, MaxMW and MaxAH objects and MaxMem mapped memfds at once,
-// MaxMemBytes bytes of memfds mapped (rings and buffers) and MaxMRBytes
-// bytes registered in MRs.
+// MaxMemBytes bytes of memfds mapped (rings and buffers), MaxMRBytes
+// bytes registered in MRs and MaxMcast multicast memberships (QP
+// attachments and rdma_cm joins).
 type Limits = verbsock.Limits
 
 // Error is a failed verb: errors.Is(err, syscall.EINVAL) and the like
