@@ -77,8 +77,8 @@ func roceCounter(t *testing.T, ns *linktest.NS, iface string) func() int {
 // UD multicast between vrnicd processes as users run them: three raw-mode
 // daemons and one more on a bridge with IGMP snooping and a querier, as a
 // switch does. Two receivers run rdma-core's mckey (unmodified, on the
-// drop-in librdmacm): the bridge learns their ports from the kernel's IGMP
-// reports (bridge mdb), the sender's 10 messages reach both, the host that
+// drop-in librdmacm) with three QPs each (-c 3): the bridge learns their ports from the kernel's IGMP
+// reports (bridge mdb), the sender's 10 messages reach every QP of both, the host that
 // did not join gets none of them, and after the receivers leave their
 // ports are gone from the bridge's table.
 func TestMckeyOverSnoopingBridge(t *testing.T) {
@@ -124,7 +124,7 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 	}
 	var rxs []rx
 	for _, n := range []string{"b", "c"} {
-		cmd, out := tl[n].command(ctx, "stdbuf", "-oL", "mckey", "-m", group, "-b", "203.0.113."+map[string]string{"b": "2", "c": "3"}[n], "-C", "10")
+		cmd, out := tl[n].command(ctx, "stdbuf", "-oL", "mckey", "-m", group, "-b", "203.0.113."+map[string]string{"b": "2", "c": "3"}[n], "-C", "10", "-c", "3")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -134,6 +134,9 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
+				for _, r := range rxs {
+					t.Logf("receiver:\n%s", r.out.String())
+				}
 				out, _ := exec.Command("ip", "netns", "exec", sw.Name, "bridge", "mdb", "show").CombinedOutput()
 				t.Logf("bridge mdb show:\n%s", out)
 				t.Fatalf("timed out waiting for %s", what)
@@ -141,7 +144,15 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 		}
 	}
 	for _, r := range rxs {
-		waitFor("the receivers to join", func() bool { return strings.Contains(r.out.String(), "receiving data transfers") })
+		waitFor("the receivers to join", func() bool {
+			if strings.Contains(r.out.String(), "receiving data transfers") {
+				return true
+			}
+			if r.cmd.ProcessState != nil || ctx.Err() != nil {
+				t.Fatalf("receiver: %s", r.out.String())
+			}
+			return false
+		})
 	}
 	waitFor("the bridge to learn both receivers' ports", func() bool {
 		p := mdbPorts(t, sw, group)

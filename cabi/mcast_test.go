@@ -66,7 +66,7 @@ func TestMckeyDropin(t *testing.T) {
 		{"no-loopback", tl[0], tl[0], a0, a0, []string{"-l"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rxOut, txOut, rxErr, txErr := mckeyPair(t, c.rx, c.tx, c.rxBind, c.txBind, "239.5.5.5", []string{"-C", "10"}, append([]string{"-C", "10"}, c.txArgs...))
+			rxOut, txOut, rxErr, txErr := mckeyPair(t, c.rx, c.tx, c.rxBind, c.txBind, "239.5.5.5", []string{"-C", "10", "-c", "3"}, append([]string{"-C", "10"}, c.txArgs...))
 			if rxErr != nil || txErr != nil || !strings.Contains(rxOut, "data transfers complete") {
 				t.Fatalf("receiver: %v\n%s\nsender: %v\n%s", rxErr, rxOut, txErr, txOut)
 			}
