@@ -74,13 +74,15 @@ func roceCounter(t *testing.T, ns *linktest.NS, iface string) func() int {
 	}
 }
 
-// UD multicast between vrnicd processes as users run them: three raw-mode
-// daemons and one more on a bridge with IGMP snooping and a querier, as a
-// switch does. Two receivers run rdma-core's mckey (unmodified, on the
-// drop-in librdmacm) with three QPs each (-c 3): the bridge learns their ports from the kernel's IGMP
-// reports (bridge mdb), the sender's 10 messages reach every QP of both, the host that
-// did not join gets none of them, and after the receivers leave their
-// ports are gone from the bridge's table.
+// UD multicast between vrnicd processes as users run them: four raw-mode
+// daemons and a TAP-mode one on a bridge with IGMP snooping and a querier,
+// as a switch does. Three receivers (two raw, one TAP) run rdma-core's
+// mckey, unmodified on the drop-in librdmacm, with three QPs each (-c 3):
+// the bridge learns their ports from the IGMPv3 reports (the kernel's for
+// raw mode, vrnicd's own netstack's for TAP mode), the sender's 10 messages
+// reach every QP of every receiver, the host that did not join gets none
+// of them (an nftables counter), and after the receivers leave their ports
+// are gone from the bridge's table.
 func TestMckeyOverSnoopingBridge(t *testing.T) {
 	linktest.RequireRoot(t)
 	ourRdmacm(t)
@@ -113,6 +115,10 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 		host.Exec(t, "ip", "addr", "add", fmt.Sprintf("203.0.113.%d/24", i+1), "dev", "vmc"+n)
 		tl[n] = startVrnicd(t, bin, lib, dir, host, "vmc"+n)
 	}
+	// A fifth host runs vrnicd in TAP mode on the bridge: its own netstack
+	// sends the IGMPv3 reports (RFC 3376) the bridge learns its port from.
+	tl["e"] = startVrnicd(t, bin, lib, dir, sw, "tap:tmce", "--ip", "203.0.113.5/24")
+	sw.Exec(t, "ip", "link", "set", "tmce", "master", "br0")
 	const group = "239.6.6.6"
 	outsider := roceCounter(t, ns["d"], "vmcd")
 
@@ -123,8 +129,9 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 		out *output
 	}
 	var rxs []rx
-	for _, n := range []string{"b", "c"} {
-		cmd, out := tl[n].command(ctx, "stdbuf", "-oL", "mckey", "-m", group, "-b", "203.0.113."+map[string]string{"b": "2", "c": "3"}[n], "-C", "10", "-c", "3")
+	for _, n := range []string{"b", "c", "e"} {
+		addr := "203.0.113." + map[string]string{"b": "2", "c": "3", "e": "5"}[n]
+		cmd, out := tl[n].command(ctx, "stdbuf", "-oL", "mckey", "-m", group, "-b", addr, "-C", "10", "-c", "3")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +163,7 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 	}
 	waitFor("the bridge to learn both receivers' ports", func() bool {
 		p := mdbPorts(t, sw, group)
-		return has(p, "bmcb") && has(p, "bmcc")
+		return has(p, "bmcb") && has(p, "bmcc") && has(p, "tmce")
 	})
 	time.Sleep(time.Until(bridgeUp.Add(2 * time.Second)))
 	if p := mdbPorts(t, sw, group); has(p, "bmcd") {
@@ -176,7 +183,7 @@ func TestMckeyOverSnoopingBridge(t *testing.T) {
 	}
 	waitFor("the receivers' ports to leave the bridge's table", func() bool {
 		p := mdbPorts(t, sw, group)
-		return !has(p, "bmcb") && !has(p, "bmcc")
+		return !has(p, "bmcb") && !has(p, "bmcc") && !has(p, "tmce")
 	})
 	t.Logf("sender:\n%s", txOut)
 }

@@ -40,17 +40,18 @@ func realDaemons(t *testing.T) [2]tool {
 	return tl
 }
 
-// startVrnicd runs the vrnicd binary bin in raw mode on iface in ns, its
-// socket and log in dir, until the test ends (killed by PID), and returns
-// a tool for it.
-func startVrnicd(t *testing.T, bin, lib, dir string, ns *linktest.NS, iface string) tool {
+// startVrnicd runs the vrnicd binary bin on iface in ns (raw mode, or TAP
+// mode for "tap:NAME"), with more flags extra, its socket and log in dir,
+// until the test ends (killed by PID), and returns a tool for it.
+func startVrnicd(t *testing.T, bin, lib, dir string, ns *linktest.NS, iface string, extra ...string) tool {
 	t.Helper()
-	sock := filepath.Join(dir, iface+".sock")
-	log, err := os.Create(filepath.Join(dir, iface+".log"))
+	name := strings.TrimPrefix(iface, "tap:")
+	sock := filepath.Join(dir, name+".sock")
+	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns.Name, bin, "--iface", iface, "--socket", sock)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, bin, "--iface", iface, "--socket", sock}, extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
