@@ -105,7 +105,17 @@ func testRC(t *testing.T, a, b *side) {
 }
 
 func TestDevicesOverPipeRC(t *testing.T) {
-	ha, hb := nictest.Pair(t, 1500)
+	testPipeRC(t, nictest.Pair)
+}
+
+// The reader-goroutine mode (a link the worker cannot poll: Stack.Run
+// delivers to the device) carries the same traffic.
+func TestDevicesOverPipeRCReaderGoroutine(t *testing.T) {
+	testPipeRC(t, nictest.PairReaderGoroutine)
+}
+
+func testPipeRC(t *testing.T, pair func(testing.TB, int) (*nictest.Host, *nictest.Host)) {
+	ha, hb := pair(t, 1500)
 	a := newSide(t, ha, transport.QPTypeRC, 0x10000000)
 	b := newSide(t, hb, transport.QPTypeRC, 0x20000000)
 	if err := nictest.ConnectRC(a.qp, b.qp, ha, hb, transport.QPTypeRC, transport.MTU1024); err != nil {

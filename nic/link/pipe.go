@@ -50,6 +50,9 @@ type PipeEnd struct {
 	hook   Hook
 	held   []*[]byte
 
+	sig    pipeSignal // the polling face (pipe_poll_linux.go)
+	sigErr error      // why it has none
+
 	// Written counts frames accepted by Write; Lost counts frames a hook
 	// dropped or that were discarded because the peer was closed.
 	Written, Lost atomic.Uint64
@@ -81,7 +84,7 @@ func NewPipe(cfg PipeConfig) (*PipeEnd, *PipeEnd) {
 		cfg.MAC[1] = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
 	}
 	mk := func(i int) *PipeEnd {
-		return &PipeEnd{
+		p := &PipeEnd{
 			name:   [2]string{"pipe0", "pipe1"}[i],
 			mac:    append(net.HardwareAddr(nil), cfg.MAC[i]...),
 			mtu:    cfg.MTU,
@@ -89,6 +92,8 @@ func NewPipe(cfg PipeConfig) (*PipeEnd, *PipeEnd) {
 			rx:     make(chan *[]byte, cfg.Capacity),
 			closed: make(chan struct{}),
 		}
+		p.sigErr = newPipeSignal(&p.sig)
+		return p
 	}
 	a, b := mk(0), mk(1)
 	a.peer, b.peer = b, a
@@ -108,9 +113,13 @@ func (p *PipeEnd) HardwareAddr() net.HardwareAddr { return p.mac }
 func (p *PipeEnd) Name() string                   { return p.name }
 
 // Close closes this end. The peer's writes are then discarded; the peer
-// keeps reading what is already queued for it.
+// keeps reading what is already queued for it. A poller of this end is
+// woken to find it closed.
 func (p *PipeEnd) Close() error {
-	p.closeOnce.Do(func() { close(p.closed) })
+	p.closeOnce.Do(func() {
+		close(p.closed)
+		p.sig.close()
+	})
 	return nil
 }
 
@@ -202,6 +211,7 @@ func (p *PipeEnd) Write(bufs [][]byte, offset int) (int, error) {
 func (p *PipeEnd) push(f *[]byte) error {
 	select {
 	case p.peer.rx <- f:
+		p.peer.sig.signal()
 		return nil
 	case <-p.closed:
 		return closedError(p.name)

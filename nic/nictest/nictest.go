@@ -5,6 +5,7 @@ package nictest
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -47,6 +48,22 @@ func Pair(t testing.TB, mtu int) (*Host, *Host) {
 // PairLimits is Pair with the devices' limits set (zero fields: defaults).
 func PairLimits(t testing.TB, mtu int, lim nic.Limits) (*Host, *Host) {
 	t.Helper()
+	return pair(t, mtu, lim, false)
+}
+
+// PairReaderGoroutine is Pair with each device served by its netstack's
+// reader goroutine (Stack.Run calling Device.Deliver) instead of its
+// worker polling the link: vrnicd's mode for a link that cannot be polled.
+func PairReaderGoroutine(t testing.TB, mtu int) (*Host, *Host) {
+	t.Helper()
+	return pair(t, mtu, nic.Limits{}, true)
+}
+
+// pair makes the hosts. As vrnicd does (startReceive), each device's
+// worker reads its end of the pipe itself, in the link's buffer (run to
+// completion), unless reader asks for the netstack's reader goroutine.
+func pair(t testing.TB, mtu int, lim nic.Limits, reader bool) (*Host, *Host) {
+	t.Helper()
 	ea, eb := link.Pipe(mtu)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -65,8 +82,13 @@ func PairLimits(t testing.TB, mtu int, lim nic.Limits) (*Host, *Host) {
 			t.Fatal(err)
 		}
 		dev.Attach(st)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = st.Run(ctx) }()
+		if err := startReceive(dev, st, reader); err != nil {
+			t.Fatal(err)
+		}
+		if reader {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = st.Run(ctx) }()
+		}
 		hosts[i] = &Host{Dev: dev, Stack: st, Addr: addr, GIDs: gids, Link: l}
 	}
 	t.Cleanup(func() {
@@ -80,6 +102,19 @@ func PairLimits(t testing.TB, mtu int, lim nic.Limits) (*Host, *Host) {
 		}
 	})
 	return hosts[0], hosts[1]
+}
+
+// startReceive attaches the stack's poller to the device's worker, as
+// vrnicd does, unless reader (the reader goroutine serves it then).
+func startReceive(dev *nic.Device, st *netstack.Stack, reader bool) error {
+	if reader {
+		return nil
+	}
+	p, ok := st.RxPoller()
+	if !ok {
+		return errors.New("nictest: the pipe cannot be polled")
+	}
+	return dev.AttachPoller(0, p, func(error) {})
 }
 
 // ConnectRC brings two QPs (already created, in RESET) to RTS against each
