@@ -64,6 +64,7 @@ func PairReaderGoroutine(t testing.TB, mtu int) (*Host, *Host) {
 // completion), unless reader asks for the netstack's reader goroutine.
 func pair(t testing.TB, mtu int, lim nic.Limits, reader bool) (*Host, *Host) {
 	t.Helper()
+	CheckGoroutines(t)
 	ea, eb := link.Pipe(mtu)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
