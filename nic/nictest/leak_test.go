@@ -14,10 +14,12 @@ type recorder struct {
 	errs     []string
 }
 
-func (r *recorder) Cleanup(f func())                  { r.cleanups = append(r.cleanups, f) }
-func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
-func (r *recorder) Failed() bool                      { return len(r.errs) > 0 }
-func (r *recorder) Helper()                           {}
+func (r *recorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Failed() bool { return len(r.errs) > 0 }
+func (r *recorder) Helper()      {}
 
 func (r *recorder) finish() {
 	for i := len(r.cleanups) - 1; i >= 0; i-- {
