@@ -38,7 +38,8 @@ import (
 // namespace of its own: its host's kernel reports the join (and lists it
 // in /proc/net/igmp until mckey leaves). Then a send-only sender (-o) each
 // way, which sends without a report, and an IPv6 group, which both refuse
-// alike. Not a receiver with another Q_Key: mckey cannot make one.
+// alike. Last, messages with another Q_Key than the receiver QP's, built
+// here (mckey cannot make such a receiver), which neither receiver takes.
 
 // mckeyGroups: one per case, so a case's frames and reports are its own.
 const (
@@ -48,6 +49,7 @@ const (
 	mckeyGroupSendOnlyFr = "239.7.7.4"
 	mckeyGroupRaw        = "239.7.7.5"
 	mckeyGroupQKey       = "239.7.7.6"
+	mckeyGroupQKey2      = "239.7.7.7"
 	// mckeyGroup6: an IPv6 group (AF_IB by -M; mckey -M needs -b).
 	mckeyGroup6 = "ff0e::db8:7"
 	// mckeyGroup6LL: a link-local scope IPv6 group, which the kernel routes
@@ -351,25 +353,100 @@ func compareIGMP(t *testing.T, reps map[string]*igmpReport) {
 	t.Logf("each receiver's first report for its group:\n%s", b.String())
 }
 
-// qkey: a receiver whose QP's Q_Key differs from the sender's must get
-// nothing. mckey's QP takes the rdma_cm id's Q_Key (rdma_create_qp on a
-// UDP port space id: RDMA_UDP_QKEY, what the join returns and the sender
-// sends with), and mckey has no option for another. Its one other knob,
-// the port space, cannot stand in: the guest's kernel refuses to bind an
-// IPoIB port space id (-p 0x2) on rxe ("mckey: addr bind failure: Invalid
-// argument", exit 255, logged here each run). So the case skips.
+// qkey: a receiver whose QP's Q_Key differs from the message's gets
+// nothing. mckey cannot make such a receiver: its QP takes the rdma_cm
+// id's Q_Key (rdma_create_qp on a UDP port space id: RDMA_UDP_QKEY, what
+// the join returns and mckey's sender sends with), it has no option for
+// another, and the other port space cannot stand in (the guest's kernel
+// refuses to bind an IPoIB port space id, -p 0x2, on rxe: "mckey: addr
+// bind failure: Invalid argument", logged each run). So the sender's Q_Key
+// differs instead, which the receiver checks the same way (rxe's
+// check_keys: the DETH's Q_Key against the QP's): a UD SEND to the group
+// built here (transport/wire, ICRC and all) and sent from the bridge, with
+// Q_Key 0x01234568, to a receiver of one message (mckey -C 1), the
+// kernel's and vrnicd's. It must not complete it within 3 s (mckey would
+// count any completion and exit); the same message with the join's Q_Key
+// then completes it.
 func (m *mckeyBed) qkey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kcmd := fmt.Sprintf("mckey -p 0x2 -m %s -b %s -C 1", mckeyGroupQKey, m.guest)
-	job := m.h.vm.StartTimeout(kcmd, 20*time.Second)
-	defer job.Kill()
-	ko, ke, kx, kerr := job.Wait(ctx)
-	t.Logf("kernel %s: exit %d %v\n%s%s", kcmd, kx, kerr, ko, ke)
-	if kx == 0 {
-		t.Errorf("the kernel's mckey ran in the IPoIB port space on rxe: the skip below is out of date")
+	ko, ke, kx, kerr := m.h.vm.Exec(ctx, kcmd)
+	t.Logf("kernel %s (the IPoIB port space): exit %d %v\n%s%s", kcmd, kx, kerr, ko, ke)
+
+	pc, err := m.h.n.PacketSocket(m.h.n.Bridge)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Skip("mckey cannot give its receiver's QP a Q_Key other than the join's (0x01234567), and -p 0x2 fails to bind on rxe")
+	defer pc.Close()
+	send := func(t *testing.T, group netip.Addr, qkey uint32, psn uint32) {
+		t.Helper()
+		b := group.As4()
+		dst := net.HardwareAddr{0x01, 0x00, 0x5e, b[1] & 0x7f, b[2], b[3]}
+		f := udSendFrame(t, pc.MAC, dst, m.h.n.HostAddr.Addr(), group, &wire.PacketFields{
+			BTH:     wire.BTHFields{Opcode: wire.UDSendOnlyWithImmediate, PKey: wire.DefaultPKey, DestQP: 0xffffff, PSN: psn},
+			DETH:    wire.DETHFields{QKey: qkey, SrcQP: 0x77},
+			Imm:     0x77,
+			Payload: make([]byte, 100),
+		})
+		if err := pc.Send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// check sends three messages with the wrong Q_Key, sees the receiver
+	// still waiting 3 s later (done), then one with the right Q_Key.
+	check := func(t *testing.T, g netip.Addr, done func() bool) {
+		for i := uint32(0); i < 3; i++ {
+			send(t, g, mckeyQKey+1, i)
+		}
+		time.Sleep(3 * time.Second)
+		if done() {
+			t.Errorf("the receiver ended after messages with Q_Key %#x (its QP's: %#x)", mckeyQKey+1, mckeyQKey)
+		}
+		send(t, g, mckeyQKey, 3)
+	}
+	t.Run("kernel-receiver", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		g := netip.MustParseAddr(mckeyGroupQKey)
+		mark := m.capV.mark()
+		kcmd := fmt.Sprintf("mckey -m %s -b %s -C 1", g, m.guest)
+		job := m.h.vm.StartTimeout(kcmd, 45*time.Second)
+		defer job.Kill()
+		if _, err := m.capV.waitIGMP(ctx, mark, m.guest, g, job.Done); err != nil {
+			so, se := job.Output()
+			t.Fatalf("kernel %s: %v\n%s%s", kcmd, err, so, se)
+		}
+		// Its QP is attached once librdmacm has read the join's event,
+		// right after the report; mckey then sleeps 3 s before polling.
+		time.Sleep(2 * time.Second)
+		check(t, g, job.Done)
+		ko, ke, kx, kerr := job.Wait(ctx)
+		t.Logf("kernel %s: exit %d %v\n%s%s", kcmd, kx, kerr, ko, ke)
+		if kerr != nil || kx != 0 {
+			t.Fatalf("kernel %s: exit %d %v", kcmd, kx, kerr)
+		}
+		checkSequence(t, "kernel "+kcmd, ko, mckeyReceiverLines)
+	})
+	t.Run("vrnicd-receiver", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		g := netip.MustParseAddr(mckeyGroupQKey2)
+		argv := m.hostArgv(m.a, "-m", g.String(), "-b", m.a.d.addr.String(), "-C", "1")
+		p := startTool(t, m.a.n, argv...)
+		defer p.kill()
+		if _, _, ok := p.stdout.Wait(0, 30*time.Second, func(s string) bool { return s == "receiving data transfers" }); !ok {
+			so, se, x, err := p.wait(ctx)
+			t.Fatalf("drop-in mckey: not receiving in 30 s (exit %d %v)\n%s%s", x, err, so, se)
+		}
+		check(t, g, p.exited)
+		so, se, x, err := p.wait(ctx)
+		t.Logf("drop-in %s: exit %d %v\n%s%s", strings.Join(argv[6:], " "), x, err, so, se)
+		if err != nil || x != 0 {
+			t.Fatalf("drop-in mckey: exit %d %v", x, err)
+		}
+		checkSequence(t, "drop-in mckey", so, mckeyReceiverLines)
+	})
 }
 
 // ipv6: an IPv6 group, which rdma_cm on RoCEv2 refuses: the kernel's
