@@ -73,4 +73,14 @@ func TestMckeyDropin(t *testing.T) {
 			t.Logf("receiver:\n%s\nsender:\n%s", rxOut, txOut)
 		})
 	}
+	// -M joins the group as an AF_IB address: kernel rxe's rdma_cm
+	// refuses every group but an IPv4 one with ENOTSUPP (524), as does an
+	// IPv6 group (the daemon's answer); mckey says so (interop/mckey_test.go
+	// runs both against the kernel's).
+	t.Run("af-ib-group", func(t *testing.T) {
+		out, err := tl[0].run(t, 20*time.Second, "mckey", "-M", "ff0e::db8:7", "-b", a0)
+		if err == nil || !strings.Contains(out, "mckey: failure joining: Unknown error 524") {
+			t.Fatalf("mckey -M: %v\n%s", err, out)
+		}
+	})
 }

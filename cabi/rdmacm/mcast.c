@@ -12,6 +12,12 @@
 
 #include "cma.h"
 
+#ifndef AF_IB
+#define AF_IB 27 /* glibc >= 2.19 has it; its value is the kernel's */
+#endif
+/* The kernel's ENOTSUPP, which reaches user space as is. */
+#define CMA_ENOTSUPP 524
+
 struct cma_mc {
 	struct cma_mc *next;
 	uint32_t handle;
@@ -57,11 +63,17 @@ static struct cma_event *join_event(struct cma_id *c, struct cma_mc *mc, const s
 
 static int join(struct cma_id *c, const struct sockaddr *addr, uint32_t flags, void *context)
 {
-	if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6) || flags > RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+	if (!addr || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6 && addr->sa_family != AF_IB) ||
+	    flags > RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
 		return fail(EINVAL);
 	/* The kernel's: an id bound to a device, its address bound or resolved. */
 	if (c->dev < 0 || (c->state != CMA_BOUND && c->state != CMA_ADDR && c->state != CMA_ROUTE))
 		return fail(EINVAL);
+	/* An AF_IB group (mckey -M) reaches cma_iboe_join_multicast, which
+	 * joins AF_INET groups only on RoCEv2: ENOTSUPP, as the daemon
+	 * answers an AF_INET6 one. */
+	if (addr->sa_family == AF_IB)
+		return fail(CMA_ENOTSUPP);
 	struct cma_mc *mc = calloc(1, sizeof(*mc));
 	if (!mc)
 		return fail(ENOMEM);

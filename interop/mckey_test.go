@@ -1,0 +1,798 @@
+package interop_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/interop/rxepeer"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/transport/wire"
+)
+
+// UD multicast against kernel rxe (issue #29): rdma-core's mckey, Debian's
+// unmodified program, in the guest on rxe0 and on the host under vrnicd's
+// drop-in librdmacm (daemon A, TAP mode), one the receiver and the other
+// the sender (-s), each way: 10 messages of 100 bytes (mckey's defaults)
+// to an IPv4 group, both exit 0 with mckey's lines. Both sides bind (-b)
+// their own address: mckey resolves the group itself (rdma_resolve_addr to
+// the group), the guest's init adds no route but its subnet's, and with a
+// source address the kernel routes a multicast destination out of that
+// address's interface. A capture of daemon A's TAP compares the kernel's
+// multicast frames with vrnicd's field by field, and the captures of both
+// TAPs show each receiver's IGMP membership report for the group (the
+// guest's kernel's from cma_igmp_send, vrnicd's own netstack's in TAP
+// mode), compared too. Then vrnicd in raw mode as the receiver, in a
+// namespace of its own: its host's kernel reports the join (and lists it
+// in /proc/net/igmp until mckey leaves). Then a send-only sender (-o) each
+// way, which sends without a report, and an IPv6 group, which both refuse
+// alike. Last, messages with another Q_Key than the receiver QP's, built
+// here (mckey cannot make such a receiver), which neither receiver takes.
+
+// mckeyGroups: one per case, so a case's frames and reports are its own.
+const (
+	mckeyGroupToKernel   = "239.7.7.1" // vrnicd sends, the kernel receives
+	mckeyGroupFromKernel = "239.7.7.2"
+	mckeyGroupSendOnlyTo = "239.7.7.3"
+	mckeyGroupSendOnlyFr = "239.7.7.4"
+	mckeyGroupRaw        = "239.7.7.5"
+	mckeyGroupQKey       = "239.7.7.6"
+	mckeyGroupQKey2      = "239.7.7.7"
+	// mckeyGroup6: an IPv6 group (AF_IB by -M; mckey -M needs -b).
+	mckeyGroup6 = "ff0e::db8:7"
+	// mckeyGroup6LL: a link-local scope IPv6 group, which the kernel routes
+	// out of the bound address's interface (ff00::/8 is in every IPv6
+	// interface's table).
+	mckeyGroup6LL = "ff02::db8:7"
+	// mckeyQKey is what the rdma_cm's join gives UDP port space members
+	// (RDMA_UDP_QKEY) and mckey sends with.
+	mckeyQKey = 0x01234567
+)
+
+var (
+	mckeyReceiverLines = []string{"mckey: starting server", "mckey: joining", "receiving data transfers",
+		"data transfers complete", "test complete", "return status 0"}
+	mckeySenderLines = []string{"mckey: starting client", "mckey: joining", "initiating data transfers",
+		"data transfers complete", "test complete", "return status 0"}
+)
+
+func TestInteropMckey(t *testing.T) {
+	libDir := dropinLib(t)
+	if _, err := os.Stat(filepath.Join(libDir, "librdmacm.so.1")); err != nil {
+		t.Skipf("the drop-in librdmacm is not built (run `make cabi`; it needs librdmacm-dev): %v", err)
+	}
+	progs := map[string]string{}
+	for _, p := range []string{"mckey", "stdbuf"} {
+		path, err := exec.LookPath(p)
+		if err != nil {
+			t.Skipf("%s is not installed on the host (apt-get install rdmacm-utils coreutils): %v", p, err)
+		}
+		progs[p] = path
+	}
+	start := time.Now()
+	n, vm, d := cmBed(t)
+	h := &dropinCM{n: n, vm: vm, d: d, libDir: libDir, progs: progs}
+	epoch := time.Now()
+	a := &vrnSide{name: "daemon A (TAP mode)", n: n, d: d, cap: startFrameLog(t, n, d.tap, epoch)}
+	m := &mckeyBed{h: h, a: a, capV: startFrameLog(t, n, vm.TAP, epoch), guest: vm.IP.Addr()}
+	t.Logf("bed up in %.1fs (guest under %s, kernel %s); host mckey on %s through %s", time.Since(start).Seconds(),
+		vm.Accel, vm.Kernel, d.socket, libDir)
+
+	var toKernel, fromKernel []byte // a multicast RoCE frame of each sender
+	reports := map[string]*igmpReport{}
+	t.Run("kernel-receiver", func(t *testing.T) {
+		toKernel, reports["kernel"] = m.run(t, a, mckeyGroupToKernel, true, nil)
+	})
+	t.Run("vrnicd-receiver", func(t *testing.T) {
+		fromKernel, reports["vrnicd (TAP mode)"] = m.run(t, a, mckeyGroupFromKernel, false, nil)
+	})
+	t.Run("frames", func(t *testing.T) {
+		if toKernel == nil || fromKernel == nil {
+			t.Skip("a direction failed: no frames to compare")
+		}
+		compareMcastFrames(t, fromKernel, toKernel)
+	})
+	t.Run("raw-mode-receiver", func(t *testing.T) {
+		// vrnicd in raw mode, where the host's kernel owns the interface
+		// and sends the IGMP report for vrnicd's join (nic/netstack
+		// membership_linux.go): its own namespace, a veth to the bridge.
+		raw := m.rawSide(t, epoch)
+		_, reports["vrnicd (raw mode: its host's kernel)"] = m.run(t, raw, mckeyGroupRaw, false, nil)
+	})
+	t.Run("igmp", func(t *testing.T) { compareIGMP(t, reports) })
+	t.Run("send-only", func(t *testing.T) {
+		t.Run("kernel-receiver", func(t *testing.T) { m.run(t, a, mckeyGroupSendOnlyTo, true, []string{"-o"}) })
+		t.Run("vrnicd-receiver", func(t *testing.T) { m.run(t, a, mckeyGroupSendOnlyFr, false, []string{"-o"}) })
+	})
+	t.Run("qkey-mismatch", m.qkey)
+	t.Run("ipv6-group", m.ipv6)
+	t.Logf("%.1fs in all", time.Since(start).Seconds())
+}
+
+// mckeyBed is the guest, daemon A, the host's programs and the capture of
+// the guest's TAP.
+type mckeyBed struct {
+	h     *dropinCM
+	a     *vrnSide
+	capV  *frameLog
+	guest netip.Addr
+}
+
+// vrnSide is a vrnicd the host's mckey runs on: its namespace, daemon and
+// the capture of its link.
+type vrnSide struct {
+	name string
+	n    *rxepeer.Netns
+	d    *daemon
+	cap  *frameLog
+}
+
+// hostArgv is the host's mckey under the drop-in on side v, line-buffered
+// (stdbuf) so that its progress can be read while it runs.
+func (m *mckeyBed) hostArgv(v *vrnSide, args ...string) []string {
+	h := m.h
+	return append([]string{"env", "LD_LIBRARY_PATH=" + h.libDir, "VRNICD_SOCKET=" + v.d.socket, "LC_ALL=C",
+		h.progs["stdbuf"], "-oL", h.progs["mckey"]}, args...)
+}
+
+// rawSide starts a raw-mode vrnicd (192.0.2.20) in a namespace of its own,
+// on a veth whose peer is on the guest's bridge.
+func (m *mckeyBed) rawSide(t *testing.T, epoch time.Time) *vrnSide {
+	t.Helper()
+	rn := rxepeer.NewNetns(t)
+	linktest.VethPair(t, m.h.n.NS, "vmcb", rn.NS, "vmcr")
+	if err := m.h.n.IP("link", "set", "vmcb", "master", m.h.n.Bridge); err != nil {
+		t.Fatal(err)
+	}
+	if err := rn.IP("addr", "add", "192.0.2.20/24", "dev", "vmcr"); err != nil {
+		t.Fatal(err)
+	}
+	ts := buildTools(t)
+	d := &daemon{name: "vrr", socket: filepath.Join(t.TempDir(), "vrr.sock"), tap: "vmcr",
+		addr: netip.MustParseAddr("192.0.2.20"), tools: ts}
+	d.proc = startHost(t, rn, ts.vrnicd, "--log-format", "json", "--iface", "vmcr", "--socket", d.socket, "--name", d.name)
+	line, _, ok := d.proc.stderr.Wait(0, 20*time.Second, func(s string) bool { return strings.Contains(s, `"msg":"vrnicd ready"`) })
+	if !ok {
+		d.proc.kill()
+		t.Fatalf("raw-mode vrnicd: no ready line; exit %d; log:\n%s", d.proc.exit, d.proc.stderr.String())
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("raw-mode vrnicd log (tail):\n%s", tailLines(d.proc.stderr.String(), 30))
+		}
+	})
+	t.Logf("raw-mode vrnicd: %s", line)
+	return &vrnSide{name: "vrnicd in raw mode", n: rn, d: d, cap: startFrameLog(t, rn, "vmcr", epoch)}
+}
+
+// procIGMP says whether /proc/net/igmp of v's namespace lists group g on
+// its link: the kernel's own record of the membership.
+func (v *vrnSide) procIGMP(t *testing.T, g netip.Addr) (bool, string) {
+	t.Helper()
+	var b []byte
+	if err := v.n.Do(func() (err error) {
+		b, err = os.ReadFile("/proc/thread-self/net/igmp")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := g.As4()
+	hex := fmt.Sprintf("%08X", binary.LittleEndian.Uint32(a[:])) // the __be32 as the kernel prints it
+	dev := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && !strings.HasPrefix(l, "\t") && f[0] != "Idx" {
+			dev = f[1]
+		} else if len(f) >= 1 && f[0] == hex && dev == v.d.tap {
+			return true, string(b)
+		}
+	}
+	return false, string(b)
+}
+
+// run is one direction between the guest and vrnicd side v: the
+// receiver joins group (the kernel's in the guest when kernelRx, else the
+// host's on v), its IGMP report is on its link, then the other side sends
+// 10 messages with senderArgs; both must exit 0 with mckey's lines. It
+// returns the first multicast RoCE frame of the sender's as v's link saw
+// it, and the receiver's first IGMP report.
+func (m *mckeyBed) run(t *testing.T, v *vrnSide, group string, kernelRx bool, senderArgs []string) ([]byte, *igmpReport) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	g := netip.MustParseAddr(group)
+	ours := v.d.addr
+	markO, markV := v.cap.mark(), m.capV.mark()
+	rxAddr, txAddr, rxCap, txCap, rxMark, txMark := ours, m.guest, v.cap, m.capV, markO, markV
+	if kernelRx {
+		rxAddr, txAddr, rxCap, txCap, rxMark, txMark = m.guest, ours, m.capV, v.cap, markV, markO
+	}
+	kargs := func(extra ...string) string {
+		return strings.Join(append([]string{"mckey", "-m", group, "-b", m.guest.String()}, extra...), " ")
+	}
+	start := time.Now()
+	var rxOut, rxErr, txOut, txErr string
+	var rxExit, txExit int
+	var rxE, txE error
+	var rxWho, txWho string
+	var rxRep *igmpReport
+	if kernelRx {
+		rxWho = "kernel " + kargs()
+		job := m.h.vm.StartTimeout(kargs(), 90*time.Second)
+		defer job.Kill()
+		// The guest's mckey writes to a file (full buffering): its join
+		// shows as the kernel's IGMP report on the guest's TAP.
+		rep, err := rxCap.waitIGMP(ctx, rxMark, rxAddr, g, job.Done)
+		if err != nil {
+			so, se := job.Output()
+			t.Fatalf("%s: %v\n%s%s", rxWho, err, so, se)
+		}
+		rxRep = rep
+		t.Logf("the guest's IGMP report for %s %.1fs after mckey started: %s", group, time.Since(start).Seconds(), rep)
+		argv := m.hostArgv(v, append([]string{"-m", group, "-b", ours.String(), "-s"}, senderArgs...)...)
+		txWho = "drop-in " + strings.Join(argv[6:], " ") + " on " + v.name
+		txOut, txErr, txExit, txE = startTool(t, v.n, argv...).wait(ctx)
+		rxOut, rxErr, rxExit, rxE = job.Wait(ctx)
+	} else {
+		argv := m.hostArgv(v, "-m", group, "-b", ours.String())
+		rxWho = "drop-in " + strings.Join(argv[6:], " ") + " on " + v.name
+		p := startTool(t, v.n, argv...)
+		defer p.kill()
+		if _, _, ok := p.stdout.Wait(0, 60*time.Second, func(s string) bool { return s == "receiving data transfers" }); !ok {
+			so, se, x, err := p.wait(ctx)
+			t.Fatalf("%s: not receiving in 60 s (exit %d %v)\n%s%s", rxWho, x, err, so, se)
+		}
+		rep, err := rxCap.waitIGMP(ctx, rxMark, rxAddr, g, p.exited)
+		if err != nil {
+			t.Fatalf("%s: %v", rxWho, err)
+		}
+		rxRep = rep
+		t.Logf("the IGMP report for %s from %s %.1fs after mckey started: %s", group, v.name, time.Since(start).Seconds(), rep)
+		if v.d.tap == "vmcr" { // raw mode: the kernel holds the membership
+			if ok, table := v.procIGMP(t, g); !ok {
+				t.Errorf("/proc/net/igmp of the raw-mode host lacks %s on %s while mckey receives:\n%s", group, v.d.tap, table)
+			} else {
+				t.Logf("/proc/net/igmp of the raw-mode host:\n%s", table)
+			}
+		}
+		kcmd := kargs(append([]string{"-s"}, senderArgs...)...)
+		txWho = "kernel " + kcmd
+		txOut, txErr, txExit, txE = m.h.vm.Exec(ctx, kcmd)
+		rxOut, rxErr, rxExit, rxE = p.wait(ctx)
+	}
+	t.Logf("%.1fs\nreceiver %s:\n%s%s\nsender %s:\n%s%s", time.Since(start).Seconds(), rxWho, rxOut, rxErr, txWho, txOut, txErr)
+	if rxE != nil || rxExit != 0 || txE != nil || txExit != 0 {
+		t.Fatalf("receiver %s: exit %d %v\nsender %s: exit %d %v", rxWho, rxExit, rxE, txWho, txExit, txE)
+	}
+	checkSequence(t, "receiver "+rxWho, rxOut, mckeyReceiverLines)
+	checkSequence(t, "sender "+txWho, txOut, mckeySenderLines)
+	// Both joins came back with the same path: the MGID ::ffff:G, no LID,
+	// SL 0 (the kernel's cma_iboe_join_multicast); a send-only sender's too.
+	want := fmt.Sprintf("mckey: joined dgid: ::ffff:%s mlid 0x0 sl 0", group)
+	for who, out := range map[string]string{rxWho: rxOut, txWho: txOut} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("%s: no line %q", who, want)
+		}
+	}
+
+	time.Sleep(100 * time.Millisecond) // the captures' last frames
+	// The sender's messages on the vrnicd side's link: 10 of them, each
+	// to the group from the sender's address.
+	var sent [][]byte
+	for _, f := range v.cap.since(markO) {
+		if mf, ok := parseMcastRoCE(f.b); ok && mf.dst == g && mf.src == txAddr {
+			sent = append(sent, f.b)
+		}
+	}
+	if len(sent) != 10 {
+		t.Errorf("%d multicast RoCE frames from %s to %s on %s, want 10", len(sent), txAddr, group, v.cap.dev)
+	}
+	// Reports: the receiver's join (seen before the sender started);
+	// the sender's only unless it is send-only.
+	txReps := txCap.igmpFrom(txMark, txAddr, g)
+	if sendOnly := len(senderArgs) > 0 && senderArgs[0] == "-o"; sendOnly {
+		if len(txReps) > 0 {
+			t.Errorf("the send-only sender %s reported membership of %s: %v", txAddr, group, txReps)
+		}
+	} else if len(txReps) == 0 {
+		t.Errorf("no IGMP report for %s from the sender %s (a full member)", group, txAddr)
+	}
+	t.Logf("IGMP joining %s, receiver %s: %v; sender %s: %v", group, rxAddr, rxCap.igmpFrom(rxMark, rxAddr, g), txAddr, txReps)
+	if v.d.tap == "vmcr" && !kernelRx {
+		// The receiver left: the kernel dropped the membership with it.
+		deadline := time.Now().Add(10 * time.Second)
+		for ok, table := v.procIGMP(t, g); ok; ok, table = v.procIGMP(t, g) {
+			if time.Now().After(deadline) {
+				t.Errorf("/proc/net/igmp of the raw-mode host still has %s 10 s after mckey left:\n%s", group, table)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if len(sent) == 0 {
+		return nil, rxRep
+	}
+	return sent[0], rxRep
+}
+
+// compareIGMP: the receivers' membership reports, the kernel's (the
+// guest's cma_igmp_send) and vrnicd's, field by field: the same IGMP
+// version and message, to 224.0.0.22 (IGMPv3) with TTL 1 and the Router
+// Alert option, one record joining the group (CHANGE_TO_EXCLUDE_MODE).
+func compareIGMP(t *testing.T, reps map[string]*igmpReport) {
+	k := reps["kernel"]
+	if k == nil || len(reps) < 2 {
+		t.Skip("a receiver failed: no reports to compare")
+	}
+	var b strings.Builder
+	for who, r := range reps {
+		fmt.Fprintf(&b, "%-40s %s\n", who, r)
+		if r == nil {
+			continue
+		}
+		if r.typ != k.typ || r.dst != k.dst || r.ttl != k.ttl || r.ra != k.ra {
+			t.Errorf("%s: %s; the kernel's: %s", who, r, k)
+		}
+		if r.joinRecord() != k.joinRecord() {
+			t.Errorf("%s: joins with record type %d; the kernel's with %d", who, r.joinRecord(), k.joinRecord())
+		}
+	}
+	if k.typ != 0x22 || k.dst != netip.MustParseAddr("224.0.0.22") || k.ttl != 1 || !k.ra || k.joinRecord() != 4 {
+		t.Errorf("the kernel's report: %s (want IGMPv3 to 224.0.0.22, TTL 1, Router Alert, CHANGE_TO_EXCLUDE)", k)
+	}
+	t.Logf("each receiver's first report for its group:\n%s", b.String())
+}
+
+// qkey: a receiver whose QP's Q_Key differs from the message's gets
+// nothing. mckey cannot make such a receiver: its QP takes the rdma_cm
+// id's Q_Key (rdma_create_qp on a UDP port space id: RDMA_UDP_QKEY, what
+// the join returns and mckey's sender sends with), it has no option for
+// another, and the other port space cannot stand in (the guest's kernel
+// refuses to bind an IPoIB port space id, -p 0x2, on rxe: "mckey: addr
+// bind failure: Invalid argument", logged each run). So the sender's Q_Key
+// differs instead, which the receiver checks the same way (rxe's
+// check_keys: the DETH's Q_Key against the QP's): a UD SEND to the group
+// built here (transport/wire, ICRC and all) and sent from the bridge, with
+// Q_Key 0x01234568, to a receiver of one message (mckey -C 1), the
+// kernel's and vrnicd's. It must not complete it within 3 s (mckey would
+// count any completion and exit); the same message with the join's Q_Key
+// then completes it.
+func (m *mckeyBed) qkey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kcmd := fmt.Sprintf("mckey -p 0x2 -m %s -b %s -C 1", mckeyGroupQKey, m.guest)
+	ko, ke, kx, kerr := m.h.vm.Exec(ctx, kcmd)
+	t.Logf("kernel %s (the IPoIB port space): exit %d %v\n%s%s", kcmd, kx, kerr, ko, ke)
+
+	pc, err := m.h.n.PacketSocket(m.h.n.Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	send := func(t *testing.T, group netip.Addr, qkey uint32, psn uint32) {
+		t.Helper()
+		b := group.As4()
+		dst := net.HardwareAddr{0x01, 0x00, 0x5e, b[1] & 0x7f, b[2], b[3]}
+		f := udSendFrame(t, pc.MAC, dst, m.h.n.HostAddr.Addr(), group, &wire.PacketFields{
+			BTH:     wire.BTHFields{Opcode: wire.UDSendOnlyWithImmediate, PKey: wire.DefaultPKey, DestQP: 0xffffff, PSN: psn},
+			DETH:    wire.DETHFields{QKey: qkey, SrcQP: 0x77},
+			Imm:     0x77,
+			Payload: make([]byte, 100),
+		})
+		if err := pc.Send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// check sends three messages with the wrong Q_Key, sees the receiver
+	// still waiting 3 s later (done), then one with the right Q_Key.
+	check := func(t *testing.T, g netip.Addr, done func() bool) {
+		for i := uint32(0); i < 3; i++ {
+			send(t, g, mckeyQKey+1, i)
+		}
+		time.Sleep(3 * time.Second)
+		if done() {
+			t.Errorf("the receiver ended after messages with Q_Key %#x (its QP's: %#x)", mckeyQKey+1, mckeyQKey)
+		}
+		send(t, g, mckeyQKey, 3)
+	}
+	t.Run("kernel-receiver", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		g := netip.MustParseAddr(mckeyGroupQKey)
+		mark := m.capV.mark()
+		kcmd := fmt.Sprintf("mckey -m %s -b %s -C 1", g, m.guest)
+		job := m.h.vm.StartTimeout(kcmd, 45*time.Second)
+		defer job.Kill()
+		if _, err := m.capV.waitIGMP(ctx, mark, m.guest, g, job.Done); err != nil {
+			so, se := job.Output()
+			t.Fatalf("kernel %s: %v\n%s%s", kcmd, err, so, se)
+		}
+		// Its QP is attached once librdmacm has read the join's event,
+		// right after the report; mckey then sleeps 3 s before polling.
+		time.Sleep(2 * time.Second)
+		check(t, g, job.Done)
+		ko, ke, kx, kerr := job.Wait(ctx)
+		t.Logf("kernel %s: exit %d %v\n%s%s", kcmd, kx, kerr, ko, ke)
+		if kerr != nil || kx != 0 {
+			t.Fatalf("kernel %s: exit %d %v", kcmd, kx, kerr)
+		}
+		checkSequence(t, "kernel "+kcmd, ko, mckeyReceiverLines)
+	})
+	t.Run("vrnicd-receiver", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		g := netip.MustParseAddr(mckeyGroupQKey2)
+		argv := m.hostArgv(m.a, "-m", g.String(), "-b", m.a.d.addr.String(), "-C", "1")
+		p := startTool(t, m.a.n, argv...)
+		defer p.kill()
+		if _, _, ok := p.stdout.Wait(0, 30*time.Second, func(s string) bool { return s == "receiving data transfers" }); !ok {
+			so, se, x, err := p.wait(ctx)
+			t.Fatalf("drop-in mckey: not receiving in 30 s (exit %d %v)\n%s%s", x, err, so, se)
+		}
+		check(t, g, p.exited)
+		so, se, x, err := p.wait(ctx)
+		t.Logf("drop-in %s: exit %d %v\n%s%s", strings.Join(argv[6:], " "), x, err, so, se)
+		if err != nil || x != 0 {
+			t.Fatalf("drop-in mckey: exit %d %v", x, err)
+		}
+		checkSequence(t, "drop-in mckey", so, mckeyReceiverLines)
+	})
+}
+
+// ipv6: an IPv6 group, which rdma_cm on RoCEv2 refuses: the kernel's
+// cma_iboe_join_multicast joins AF_INET groups only and answers ENOTSUPP
+// (524) to any other. Two ways to ask: -M, which joins the group as an
+// AF_IB address (sib_addr the IPv6 address) without resolving it (it needs
+// -b; here each side's IPv4 address), and -m with an IPv6 group, resolved
+// from each side's link-local address (GID 0). The drop-in must refuse
+// both as the kernel does: the same exit status and the same lines.
+func (m *mckeyBed) ipv6(t *testing.T) {
+	t.Run("AF_IB -M", func(t *testing.T) {
+		m.bothRefuse(t, []string{"-M", mckeyGroup6, "-b", m.guest.String()}, []string{"-M", mckeyGroup6, "-b", m.a.d.addr.String()})
+	})
+	t.Run("AF_INET6 -m", func(t *testing.T) {
+		guest, ours := linkLocal(t, m.h.vm, m.h.d)
+		m.bothRefuse(t, []string{"-m", mckeyGroup6LL, "-b", guest}, []string{"-m", mckeyGroup6LL, "-b", ours})
+	})
+}
+
+// bothRefuse runs the guest's mckey with kargs and the host's with hargs,
+// receivers both: the kernel's must fail, and the drop-in's the same way.
+func (m *mckeyBed) bothRefuse(t *testing.T, kargs, hargs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kcmd := "mckey " + strings.Join(kargs, " ")
+	ko, ke, kx, kerr := m.h.vm.Exec(ctx, kcmd)
+	argv := m.hostArgv(m.a, hargs...)
+	so, se, sx, serr := startTool(t, m.a.n, argv...).wait(ctx)
+	t.Logf("kernel %s: exit %d\n%s%s\ndrop-in %s: exit %d\n%s%s", kcmd, kx, ko, ke, strings.Join(argv[6:], " "), sx, so, se)
+	if kerr != nil || serr != nil {
+		t.Fatalf("kernel: %v; drop-in: %v", kerr, serr)
+	}
+	if kx == 0 {
+		t.Errorf("the kernel's mckey joined the IPv6 group")
+	}
+	if sx != kx {
+		t.Errorf("exit status: drop-in %d, kernel %d", sx, kx)
+	}
+	if so != ko {
+		t.Errorf("stdout differs:\ndrop-in:\n%s\nkernel:\n%s", so, ko)
+	}
+	if se != ke {
+		t.Errorf("stderr differs:\ndrop-in:\n%s\nkernel:\n%s", se, ke)
+	}
+}
+
+// mcastFrame is a RoCEv2 frame to an IPv4 group, decoded.
+type mcastFrame struct {
+	dstMAC, srcMAC [6]byte
+	src, dst       netip.Addr
+	tos, ttl       uint8
+	flags          uint16 // IPv4 flags and fragment offset
+	udpSrc, udpDst uint16
+	udpSum         uint16
+	pkt            wire.Packet
+	icrc           error
+}
+
+// parseMcastRoCE decodes f when it is IPv4 UDP to port 4791 with a
+// multicast destination address.
+func parseMcastRoCE(f []byte) (mcastFrame, bool) {
+	var r mcastFrame
+	if len(f) < 14+20+8 || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
+		return r, false
+	}
+	ip := f[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	total := int(binary.BigEndian.Uint16(ip[2:]))
+	if ip[0]>>4 != 4 || ihl < 20 || ip[9] != unix.IPPROTO_UDP || total > len(ip) || total < ihl+8 {
+		return r, false
+	}
+	ip = ip[:total]
+	r.dst = netip.AddrFrom4([4]byte(ip[16:20]))
+	if !r.dst.IsMulticast() {
+		return r, false
+	}
+	udp := ip[ihl:]
+	if binary.BigEndian.Uint16(udp[2:]) != 4791 {
+		return r, false
+	}
+	copy(r.dstMAC[:], f[0:6])
+	copy(r.srcMAC[:], f[6:12])
+	r.src = netip.AddrFrom4([4]byte(ip[12:16]))
+	r.tos, r.ttl, r.flags = ip[1], ip[8], binary.BigEndian.Uint16(ip[6:])
+	r.udpSrc, r.udpDst, r.udpSum = binary.BigEndian.Uint16(udp[0:]), binary.BigEndian.Uint16(udp[2:]), binary.BigEndian.Uint16(udp[6:])
+	if err := r.pkt.Parse(udp[8:]); err != nil {
+		return r, false
+	}
+	r.icrc = wire.VerifyICRC(ip)
+	return r, true
+}
+
+// compareMcastFrames: the kernel's multicast message (kf) and vrnicd's
+// (vf), as daemon A's TAP saw them, field by field.
+func compareMcastFrames(t *testing.T, kf, vf []byte) {
+	k, ok1 := parseMcastRoCE(kf)
+	v, ok2 := parseMcastRoCE(vf)
+	if !ok1 || !ok2 {
+		t.Fatalf("undecodable frames:\nkernel % x\nvrnicd % x", kf, vf)
+	}
+	groupMAC := func(g netip.Addr) [6]byte {
+		b := g.As4()
+		return [6]byte{0x01, 0x00, 0x5e, b[1] & 0x7f, b[2], b[3]}
+	}
+	type field struct {
+		name     string
+		kern, us any
+		want     any // nil: only the same on both
+	}
+	imm := func(p *wire.Packet) any {
+		if p.ImmDt == nil {
+			return "none"
+		}
+		return fmt.Sprintf("%#x", p.ImmDt.Imm())
+	}
+	fields := []field{
+		{"destination MAC is 01:00:5e + the group's low 23 bits", k.dstMAC == groupMAC(k.dst), v.dstMAC == groupMAC(v.dst), true},
+		{"IP TOS (traffic class)", k.tos, v.tos, uint8(0)},
+		{"IP TTL (the join's hop limit)", k.ttl, v.ttl, uint8(64)},
+		{"IP flags/fragment (DF)", fmt.Sprintf("%#04x", k.flags), fmt.Sprintf("%#04x", v.flags), "0x4000"},
+		{"UDP destination port", k.udpDst, v.udpDst, uint16(4791)},
+		{"UDP checksum (none, as rxe's)", k.udpSum, v.udpSum, uint16(0)},
+		{"BTH opcode", k.pkt.BTH.Opcode(), v.pkt.BTH.Opcode(), wire.UDSendOnlyWithImmediate},
+		{"BTH SE", k.pkt.BTH.SE(), v.pkt.BTH.SE(), nil},
+		{"BTH MigReq", k.pkt.BTH.MigReq(), v.pkt.BTH.MigReq(), nil},
+		{"BTH PadCnt", k.pkt.BTH.PadCnt(), v.pkt.BTH.PadCnt(), nil},
+		{"BTH TVer", k.pkt.BTH.TVer(), v.pkt.BTH.TVer(), uint8(0)},
+		{"BTH P_Key", fmt.Sprintf("%#x", k.pkt.BTH.PKey()), fmt.Sprintf("%#x", v.pkt.BTH.PKey()), "0xffff"},
+		{"BTH DestQP", fmt.Sprintf("%#x", k.pkt.BTH.DestQP()), fmt.Sprintf("%#x", v.pkt.BTH.DestQP()), "0xffffff"},
+		{"BTH AckReq", k.pkt.BTH.AckReq(), v.pkt.BTH.AckReq(), false},
+		{"DETH Q_Key", fmt.Sprintf("%#x", k.pkt.DETH.QKey()), fmt.Sprintf("%#x", v.pkt.DETH.QKey()), fmt.Sprintf("%#x", mckeyQKey)},
+		{"payload bytes", len(k.pkt.Payload), len(v.pkt.Payload), 100},
+		{"ICRC", fmt.Sprint(k.icrc), fmt.Sprint(v.icrc), "<nil>"},
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-55s %-24s %-24s\n", "field", "kernel", "vrnicd")
+	for _, f := range fields {
+		fmt.Fprintf(&b, "%-55s %-24v %-24v\n", f.name, f.kern, f.us)
+		if fmt.Sprint(f.kern) != fmt.Sprint(f.us) {
+			t.Errorf("%s: kernel %v, vrnicd %v", f.name, f.kern, f.us)
+		}
+		if f.want != nil && fmt.Sprint(f.us) != fmt.Sprint(f.want) {
+			t.Errorf("%s: %v, want %v", f.name, f.us, f.want)
+		}
+	}
+	// mckey's immediate is the sender's QPN, which DETH carries as the
+	// source QP.
+	for who, p := range map[string]*wire.Packet{"kernel": &k.pkt, "vrnicd": &v.pkt} {
+		if want := fmt.Sprintf("%#x", p.DETH.SrcQP()); imm(p) != want {
+			t.Errorf("%s: immediate %v, want the source QP %s", who, imm(p), want)
+		}
+	}
+	fmt.Fprintf(&b, "%-55s %-24s %-24s\n", "(group, destination MAC)", fmt.Sprintf("%s %s", k.dst, net.HardwareAddr(k.dstMAC[:])),
+		fmt.Sprintf("%s %s", v.dst, net.HardwareAddr(v.dstMAC[:])))
+	fmt.Fprintf(&b, "%-55s %-24s %-24s\n", "(sources: IP, QP, UDP port, PSN)",
+		fmt.Sprintf("%s %#x %d %#x", k.src, k.pkt.DETH.SrcQP(), k.udpSrc, k.pkt.BTH.PSN()),
+		fmt.Sprintf("%s %#x %d %#x", v.src, v.pkt.DETH.SrcQP(), v.udpSrc, v.pkt.BTH.PSN()))
+	t.Logf("a multicast message of each, on daemon A's TAP:\n%s", b.String())
+}
+
+// frameLog keeps every IPv4 frame that is IGMP or multicast RoCEv2 on one
+// device, whole, in order.
+type frameLog struct {
+	dev    string
+	pc     *rxepeer.PacketConn
+	start  time.Time
+	mu     sync.Mutex
+	frames []loggedFrame
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type loggedFrame struct {
+	at       time.Duration
+	outgoing bool
+	b        []byte
+}
+
+func startFrameLog(t *testing.T, n *rxepeer.Netns, dev string, epoch time.Time) *frameLog {
+	t.Helper()
+	pc, err := n.PacketSocket(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &frameLog{dev: dev, pc: pc, start: epoch, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		buf := make([]byte, 10000)
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			m, out, err := pc.Recv(buf, 100*time.Millisecond)
+			if err != nil {
+				if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+					continue
+				}
+				return
+			}
+			f := buf[:m]
+			if _, ok := parseMcastRoCE(f); !ok && parseIGMP(f) == nil {
+				continue
+			}
+			l.mu.Lock()
+			l.frames = append(l.frames, loggedFrame{at: time.Since(l.start), outgoing: out, b: append([]byte(nil), f...)})
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		close(l.stop)
+		<-l.done
+		pc.Close()
+	})
+	return l
+}
+
+func (l *frameLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.frames)
+}
+
+func (l *frameLog) since(i int) []loggedFrame {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]loggedFrame(nil), l.frames[i:]...)
+}
+
+// igmpFrom returns the membership reports for g that src sent since mark
+// (joins, not leaves).
+func (l *frameLog) igmpFrom(mark int, src, g netip.Addr) []*igmpReport {
+	var reps []*igmpReport
+	for _, f := range l.since(mark) {
+		if r := parseIGMP(f.b); r != nil && r.src == src && r.joins(g) {
+			reps = append(reps, r)
+		}
+	}
+	return reps
+}
+
+// waitIGMP waits, bounded by ctx, for src's report joining g; gone says
+// the program that should join has ended (no report will come).
+func (l *frameLog) waitIGMP(ctx context.Context, mark int, src, g netip.Addr, gone func() bool) (*igmpReport, error) {
+	for {
+		if reps := l.igmpFrom(mark, src, g); len(reps) > 0 {
+			return reps[0], nil
+		}
+		if gone() {
+			return nil, fmt.Errorf("ended without an IGMP report joining %s from %s on %s", g, src, l.dev)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no IGMP report joining %s from %s on %s: %w", g, src, l.dev, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// igmpReport is an IGMPv2 or v3 membership report.
+type igmpReport struct {
+	src, dst netip.Addr
+	ttl      uint8
+	ra       bool // IP Router Alert option
+	typ      uint8
+	records  []igmpRecord // v3; a v2 report or leave is one record
+}
+
+type igmpRecord struct {
+	typ   uint8 // v3 record type; v2: 0x16 report, 0x17 leave
+	group netip.Addr
+}
+
+func (r *igmpReport) joins(g netip.Addr) bool {
+	for _, rec := range r.records {
+		// v3: MODE_IS_EXCLUDE (2), CHANGE_TO_EXCLUDE_MODE (4); v2 report.
+		if rec.group == g && (rec.typ == 2 || rec.typ == 4 || rec.typ == 0x16) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinRecord is the type of the report's first record that joins a group.
+func (r *igmpReport) joinRecord() uint8 {
+	for _, rec := range r.records {
+		if rec.typ == 2 || rec.typ == 4 || rec.typ == 0x16 {
+			return rec.typ
+		}
+	}
+	return 0
+}
+
+func (r *igmpReport) String() string {
+	var recs []string
+	for _, rec := range r.records {
+		recs = append(recs, fmt.Sprintf("%d:%s", rec.typ, rec.group))
+	}
+	return fmt.Sprintf("IGMP type %#x %s -> %s ttl %d router-alert %v records [%s]", r.typ, r.src, r.dst, r.ttl, r.ra, strings.Join(recs, " "))
+}
+
+// parseIGMP decodes an IGMPv2/v3 report or v2 leave; nil if f is none.
+func parseIGMP(f []byte) *igmpReport {
+	if len(f) < 14+20+8 || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
+		return nil
+	}
+	ip := f[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	total := int(binary.BigEndian.Uint16(ip[2:]))
+	if ip[0]>>4 != 4 || ihl < 20 || ip[9] != unix.IPPROTO_IGMP || total > len(ip) || total < ihl+8 {
+		return nil
+	}
+	r := &igmpReport{src: netip.AddrFrom4([4]byte(ip[12:16])), dst: netip.AddrFrom4([4]byte(ip[16:20])), ttl: ip[8]}
+	for o := ip[20:ihl]; len(o) >= 4; {
+		if o[0] == 0x94 && o[1] == 4 {
+			r.ra = true
+		}
+		if o[0] == 0 || o[0] == 1 || o[1] < 2 || int(o[1]) > len(o) {
+			if o[0] == 1 {
+				o = o[1:]
+				continue
+			}
+			break
+		}
+		o = o[o[1]:]
+	}
+	igmp := ip[ihl:total]
+	r.typ = igmp[0]
+	switch r.typ {
+	case 0x16, 0x17:
+		r.records = []igmpRecord{{typ: r.typ, group: netip.AddrFrom4([4]byte(igmp[4:8]))}}
+	case 0x22:
+		n := int(binary.BigEndian.Uint16(igmp[6:]))
+		rec := igmp[8:]
+		for i := 0; i < n && len(rec) >= 8; i++ {
+			aux, nsrc := int(rec[1])*4, int(binary.BigEndian.Uint16(rec[2:]))
+			r.records = append(r.records, igmpRecord{typ: rec[0], group: netip.AddrFrom4([4]byte(rec[4:8]))})
+			skip := 8 + 4*nsrc + aux
+			if skip > len(rec) {
+				break
+			}
+			rec = rec[skip:]
+		}
+	default:
+		return nil
+	}
+	return r
+}
