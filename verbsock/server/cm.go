@@ -129,7 +129,7 @@ func (c *conn) dispatchCM(op verbsock.Op, req any) (resp any, ok bool, err error
 	case verbsock.OpCMAcceptUD:
 		resp, err = &verbsock.Empty{}, c.cmAcceptUD(a, req.(*verbsock.CMAcceptUDReq))
 	case verbsock.OpCMResolveAddr:
-		resp, err = cmResolveAddr(a, req.(*verbsock.CMResolveAddrReq))
+		resp, err = cmResolveAddr(c.ctx, a, req.(*verbsock.CMResolveAddrReq))
 	case verbsock.OpCMCloseChannel:
 		resp, err = &verbsock.Empty{}, c.cmChannelClose(req.(*verbsock.HandleReq).Handle)
 	case verbsock.OpCMMigrate:
@@ -346,7 +346,7 @@ func (c *conn) cmConnect(a *cmagent.Agent, r *verbsock.CMConnectReq) (any, error
 		src = netip.AddrFrom16(r.Src).Unmap()
 	}
 	p := connParams(&r.Params, verbsock.CMConnectPrivateLen)
-	id, err := a.Connect(context.Background(), netip.AddrPortFrom(src, r.SrcPort), cn.peer, o.qp.Load(), p,
+	id, err := a.Connect(c.ctx, netip.AddrPortFrom(src, r.SrcPort), cn.peer, o.qp.Load(), p,
 		func(e cmagent.Event) bool { return c.cmConnEvent(cn, e) })
 	var local netip.AddrPort
 	if err == nil {
@@ -368,12 +368,12 @@ func (c *conn) cmConnect(a *cmagent.Agent, r *verbsock.CMConnectReq) (any, error
 // resolution as cm_connect's does, for at most the agent's resolution
 // timeout. It keeps nothing: the client passes the source it learns to
 // cm_connect.
-func cmResolveAddr(a *cmagent.Agent, r *verbsock.CMResolveAddrReq) (any, error) {
+func cmResolveAddr(ctx context.Context, a *cmagent.Agent, r *verbsock.CMResolveAddrReq) (any, error) {
 	src := netip.Addr{}
 	if r.Src != [16]byte{} {
 		src = netip.AddrFrom16(r.Src)
 	}
-	ra, err := a.ResolveAddr(context.Background(), src, netip.AddrFrom16(r.Dst),
+	ra, err := a.ResolveAddr(ctx, src, netip.AddrFrom16(r.Dst),
 		time.Duration(r.TimeoutMS)*time.Millisecond)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -216,16 +215,7 @@ func (c *conn) cmResolveAddrAsync(a *cmagent.Agent, r *verbsock.CMResolveAddrAsy
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() { // the client's departure ends the wait
-			select {
-			case <-c.done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		ra, err := a.ResolveAddr(ctx, src, dst, time.Duration(r.TimeoutMS)*time.Millisecond)
+		ra, err := a.ResolveAddr(c.ctx, src, dst, time.Duration(r.TimeoutMS)*time.Millisecond)
 		m := verbsock.CMEventMsg{Type: verbsock.CMEventAddrResolved, Context: r.Context}
 		if err != nil {
 			m.Type, m.Status = verbsock.CMEventAddrError, -int32(verbsock.ErrnoOf(cmErr(err)))

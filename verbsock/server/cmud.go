@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net/netip"
 	"syscall"
 
@@ -45,7 +44,7 @@ func (c *conn) cmResolveUD(a *cmagent.Agent, r *verbsock.CMResolveUDReq) (any, e
 	}
 	// The handler takes the connection's ends from the event itself: it
 	// may run before the lines below.
-	id, route, err := a.ResolveUD(context.Background(), netip.AddrPortFrom(src, r.SrcPort), cn.peer, r.Private[:r.PrivateLen],
+	id, route, err := a.ResolveUD(c.ctx, netip.AddrPortFrom(src, r.SrcPort), cn.peer, r.Private[:r.PrivateLen],
 		func(e cmagent.Event) bool {
 			if e.UD != nil {
 				c.cm.mu.Lock()

@@ -64,6 +64,11 @@ type conn struct {
 	cm     cmClient    // rdma_cm listeners and connections (cm.go)
 	notify chan *cqObj // CQs whose completion event is to be sent
 	done   chan struct{}
+	// ctx ends when the client goes (or the server closes): what is
+	// started for the client (a CM exchange's address resolution) ends
+	// with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
@@ -153,6 +158,7 @@ func (s *Server) newConn(uc *net.UnixConn) (*conn, error) {
 		pds: map[uint32]*pdObj{}, mems: map[uint32]*memObj{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mwObj{},
 		cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{}, srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{},
 		events: make(chan verbsock.EventMsg, 256), notify: make(chan *cqObj, s.limits.MaxCQ), done: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	c.privileged = s.privileged(uc, cred)
 	if err := s.register(c, cred.Uid); err != nil {
 		return nil, err
@@ -172,6 +178,7 @@ func (c *conn) serve() {
 	// A connection that does not say hello in time goes (hello clears it).
 	_ = c.sock.UnixConn().SetReadDeadline(time.Now().Add(c.s.cfg.HelloTimeout))
 	c.loop()
+	c.cancel()
 	c.cleanup()
 	close(c.done)
 	c.wg.Wait()

@@ -127,6 +127,9 @@ type Server struct {
 	nextID    uint32
 	wg        sync.WaitGroup
 	stop      chan struct{}
+	// ctx is the parent of every client's context; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // SweepInterval is how often the server looks for send queues whose owner
@@ -186,6 +189,7 @@ func New(cfg Config) (*Server, error) {
 		refused:  map[*net.UnixConn]struct{}{},
 		refusing: make(chan struct{}, maxRefusing),
 		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.fillConnLimits(); err != nil {
 		return nil, err
 	}
@@ -309,6 +313,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	if !s.closed {
 		close(s.stop)
+		s.cancel() // every client's context: their CM waits end
 	}
 	s.closed = true
 	for l := range s.listeners {

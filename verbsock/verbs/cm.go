@@ -481,11 +481,11 @@ func (d *Device) ResolveAddr(ctx context.Context, dst, src netip.Addr) (Resolved
 		err error
 	}
 	done := make(chan result, 1)
-	go func() {
+	d.helpers.Go(func() {
 		var res result
 		_, res.err = d.call(verbsock.OpCMResolveAddr, &req, nil, &res.r)
 		done <- res
-	}()
+	})
 	select {
 	case res := <-done:
 		if res.err != nil {
@@ -560,7 +560,7 @@ func (d *Device) deliverCM(p []byte) {
 				// so the peer does not wait for an answer that never
 				// comes. Not on the reader's goroutine, which the
 				// call's response needs.
-				go ev.Conn.Reject(nil)
+				d.helpers.Go(func() { _ = ev.Conn.Reject(nil) })
 			}
 		}
 	}

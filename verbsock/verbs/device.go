@@ -76,6 +76,10 @@ type Device struct {
 
 	events     chan AsyncEvent
 	readerDone chan struct{}
+	// helpers are the goroutines the device starts for a caller (a
+	// refused connect request's REJ, a ResolveAddr's call): Close waits
+	// for them.
+	helpers sync.WaitGroup
 	closeOnce  sync.Once
 
 	objs sync.Map // handle → *QP, *CQ or *SRQ, for events
@@ -157,6 +161,7 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		d.conn.Close()
 		<-d.readerDone
+		d.helpers.Wait() // their calls fail at once on a closed connection
 		d.objs.Range(func(_, v any) bool {
 			switch o := v.(type) {
 			case *QP:
