@@ -123,27 +123,35 @@ func (a *Agent) Connect(ctx context.Context, src, dst netip.AddrPort, qp *nic.QP
 	return id, nil
 }
 
-// resolve waits until the port knows to's link address, polling the
-// neighbour table (netstack answers ARP and ND on its own goroutine), for
-// at most timeout.
+// resolve waits until the port knows to's link address, looking at the
+// neighbour table every resolvePoll (netstack answers ARP and ND on its own
+// goroutine), for at most timeout by the agent's clock, or until ctx ends.
 func (a *Agent) resolve(ctx context.Context, to netip.Addr, timeout time.Duration) error {
 	if a.dev.NeighborKnown(to) {
 		return nil
 	}
 	a.dev.ResolveNeighbor(to)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
+	expired := make(chan struct{})
+	deadline := a.clock.AfterFunc(timeout, func() { close(expired) })
+	defer deadline.Stop()
+	tick := make(chan struct{}, 1)
 	for !a.dev.NeighborKnown(to) {
+		t := a.clock.AfterFunc(resolvePoll, func() { tick <- struct{}{} })
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %v: %w", ErrUnresolved, to, ctx.Err())
+		case <-expired:
+			t.Stop()
 			return fmt.Errorf("%w: %v did not answer in %v", ErrUnresolved, to, timeout)
-		case <-tick.C:
+		case <-tick:
 		}
 	}
 	return nil
 }
+
+// resolvePoll is how often resolve looks at the neighbour table.
+const resolvePoll = 2 * time.Millisecond
 
 // ResolvedAddr is what ResolveAddr found: the port's address a connection
 // to Dst uses and the index of its GID.
