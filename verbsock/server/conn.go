@@ -493,6 +493,8 @@ func (c *conn) sweep() {
 	for _, o := range c.qps {
 		if o.sq.Stalled(&o.swept) {
 			if qp := o.qp.Load(); qp != nil {
+				c.s.kicks.Add(1)
+				c.log.Debug("send queue stalled: the sweeper woke it (a lost wake-up)", "qpn", qp.QPN())
 				qp.NotifySend()
 			}
 		}

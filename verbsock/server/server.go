@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -127,6 +128,9 @@ type Server struct {
 	nextID    uint32
 	wg        sync.WaitGroup
 	stop      chan struct{}
+	// kicks counts the send queues the sweeper had to wake: each one a
+	// wake-up the datapath lost (SweepKicks).
+	kicks atomic.Uint64
 	// ctx is the parent of every client's context; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -200,6 +204,12 @@ func New(cfg Config) (*Server, error) {
 	go s.sweeper()
 	return s, nil
 }
+
+// SweepKicks is how many send queues the stall sweeper has woken: each
+// one a wake-up the datapath lost. The shared test fixture (servertest)
+// fails a test that needed one, so that the sweeper can go once the whole
+// suite runs without it (issue: one owner of wake-ups).
+func (s *Server) SweepKicks() uint64 { return s.kicks.Load() }
 
 func (s *Server) sweeper() {
 	defer s.wg.Done()

@@ -62,7 +62,12 @@ func TwoDaemonsCM(t testing.TB, mtu int, limits verbsock.Limits, cmcfg cm.Config
 			t.Fatal(err)
 		}
 		go srv.Serve(l)
-		t.Cleanup(func() { srv.Close() })
+		t.Cleanup(func() {
+			srv.Close()
+			if n := srv.SweepKicks(); n > 0 {
+				t.Errorf("daemon %d: the stall sweeper woke %d send queues: a wake-up was lost", i, n)
+			}
+		})
 		ds[i] = Daemon{Host: h, Server: srv, Socket: path, CM: ag}
 	}
 	return ds
