@@ -46,14 +46,9 @@ func deliverTo(ch chan RxPacket) func([]RxPacket) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	linktest.WaitFor(t, what, 5*time.Second, 20*time.Millisecond, cond)
 }
 
 // TestTAPModeInNetns: a stack on a TAP in namespace A, bridged to a veth

@@ -54,15 +54,6 @@ func startCapture(t *testing.T, r *raw, req *verbsock.CaptureReq) (net.Conn, ver
 	return c, resp
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // The stream is a pcap file (Ethernet link type) of the frames the tap
 // sees from the request on, each frame whole; a reader that stops reading
 // makes frames drop, counted, and never makes the tap wait; closing the
@@ -114,9 +105,9 @@ func TestCaptureStream(t *testing.T) {
 	r.alive() // the request loop is not held up either
 
 	c.Close()
-	waitFor(t, "the subscription to end after the client closed the stream", func() bool { return hub.Active() == 0 })
+	waitUntil(t, "the subscription to end after the client closed the stream", func() bool { return hub.Active() == 0 })
 	r.c.Close()
-	waitFor(t, "the daemon's descriptors to be closed", func() bool { return openFDCount(t) <= fdsBefore })
+	waitUntil(t, "the daemon's descriptors to be closed", func() bool { return openFDCount(t) <= fdsBefore })
 }
 
 // A capture requested but never started (no start byte), and one running
@@ -138,7 +129,7 @@ func TestCaptureEndsWithConnection(t *testing.T) {
 	}
 	r.c.Close()
 	r2.c.Close()
-	waitFor(t, "both captures to end", func() bool { return hub.Active() == 0 })
+	waitUntil(t, "both captures to end", func() bool { return hub.Active() == 0 })
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadAll(c); err != nil {
 		t.Fatalf("stream after the connection went: %v, want EOF", err)

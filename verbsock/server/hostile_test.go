@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"net"
 	"os"
 	"path/filepath"
@@ -369,13 +370,7 @@ func smallQP(cq *verbs.CQ) verbs.QPInitAttr {
 
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	linktest.WaitFor(t, what, 10*time.Second, time.Millisecond, cond)
 }
 
 // A connection that never says hello is closed after HelloTimeout, and

@@ -79,8 +79,8 @@ type Device struct {
 	// helpers are the goroutines the device starts for a caller (a
 	// refused connect request's REJ, a ResolveAddr's call): Close waits
 	// for them.
-	helpers sync.WaitGroup
-	closeOnce  sync.Once
+	helpers   sync.WaitGroup
+	closeOnce sync.Once
 
 	objs sync.Map // handle → *QP, *CQ or *SRQ, for events
 	cm   cmState  // rdma_cm listeners and connections (cm.go)

@@ -2,6 +2,7 @@ package verbs_test
 
 import (
 	"context"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"os"
 	"strings"
 	"testing"
@@ -51,13 +52,7 @@ func (e *env) peerClient() *verbs.Device { return e.dial(e.psrv) }
 // waitFor polls until cond holds or 10 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	linktest.WaitFor(t, what, 10*time.Second, 100*time.Microsecond, cond)
 }
 
 // pollN polls cq until n completions have arrived.

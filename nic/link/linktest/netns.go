@@ -158,3 +158,14 @@ func BridgedVeth(t testing.TB, nsA *NS, br, a string, nsB *NS, b string) {
 	VethPair(t, nsA, a, nsB, b)
 	nsA.Exec(t, "ip", "link", "set", a, "master", br)
 }
+
+// WaitFor polls cond, sleeping poll between looks, until it holds or d
+// passes (then the test fails, naming what it waited for).
+func WaitFor(t testing.TB, what string, d, poll time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(poll) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+	}
+}
