@@ -24,7 +24,9 @@ type CMLimits struct {
 	// MaxChannels bounds event channels (librdmacm's synchronous ids have
 	// one each); default 1024.
 	MaxChannels int
-	// MaxResolving bounds address resolutions in progress; default 64.
+	// MaxResolving bounds address resolutions in progress; default 1024,
+	// as MaxConns: cmtime resolves its 100 ids at once, and the kernel has
+	// no such bound.
 	MaxResolving int
 	// MaxJoins bounds multicast groups joined through rdma_cm; default 1024.
 	MaxJoins int
@@ -44,7 +46,7 @@ func (l CMLimits) withDefaults() CMLimits {
 		l.MaxChannels = 1024
 	}
 	if l.MaxResolving <= 0 {
-		l.MaxResolving = 64
+		l.MaxResolving = 1024
 	}
 	if l.MaxJoins <= 0 {
 		l.MaxJoins = 1024
