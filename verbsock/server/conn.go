@@ -131,6 +131,9 @@ type srqObj struct {
 	rq     *ring.RecvQueue
 	m      *shm.Mapping
 	closed bool
+	// starved: the last drain stopped on a full SRQ, so posts wait in the
+	// ring; the next QP to take a WQE drains them (taken), no timer.
+	starved bool
 }
 
 // taken frees the slot of a WQE a QP took from the SRQ: the ring's
@@ -140,6 +143,9 @@ func (o *srqObj) taken() {
 	o.mu.Lock()
 	if !o.closed {
 		o.rq.Retire(o.srq.Len())
+		if o.starved {
+			o.starved = o.drainLocked() // the room just made takes what waited
+		}
 	}
 	o.mu.Unlock()
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
-	"time"
 
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
@@ -92,23 +91,18 @@ func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*ring.RecvQu
 		}})
 }
 
-// drainSRQ moves posted receives from the SRQ ring into the SRQ. A slot
-// goes back when a QP takes its WQE (srqObj.taken), so the ring never
-// holds more than the SRQ's max_wr WQEs not yet taken and the SRQ has room
-// for all of them: the ring bounds even a hostile producer so (its index
-// may run at most a ring ahead of the slots handed back, or the ring is
-// corrupt). Were the SRQ full all the same, the drain would retry on a
-// short timer, as nothing else would wake it.
+// drainSRQ moves posted receives from the SRQ ring into the SRQ (the
+// doorbell's goroutine, on a post). A slot goes back when a QP takes its
+// WQE (srqObj.taken), so the ring never holds more than the SRQ's max_wr
+// WQEs not yet taken and the SRQ has room for all of them: the ring bounds
+// even a hostile producer so (its index may run at most a ring ahead of
+// the slots handed back, or the ring is corrupt). Were the SRQ full all
+// the same, the posts left in the ring wait for the next QP that takes a
+// WQE, which drains them (starved): no timer, no retry loop.
 func (c *conn) drainSRQ(o *srqObj) {
-	for {
-		o.mu.Lock()
-		full := !o.closed && o.drainLocked()
-		o.mu.Unlock()
-		if !full || o.bell.stop.Load() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+	o.mu.Lock()
+	o.starved = !o.closed && o.drainLocked()
+	o.mu.Unlock()
 }
 
 // drainLocked moves what the ring holds into the SRQ, under o.mu, and
