@@ -284,7 +284,11 @@ func TestLinkDownPastRetries(t *testing.T) {
 	p.nsA.Exec(t, "ip", "link", "set", p.va, "up")
 	waitPort(t, fresh, 4, 5)
 	cb2 := openSide(t, p.sockB, "vrnicB", addrB)
-	connectRCWith(t, fresh, cb2, rcPath{mtu: verbs.MTU1024, timeout: 14, retry: 7})
+	// Timeout 17 (0.5 s, 4 s with 7 retries): the kernel flushed B's
+	// neighbour entry when the link went down, and an ARP probe lost while
+	// the link came back is sent again only after retrans_time (1 s); 14
+	// (67 ms, 0.5 s in all) ended in RETRY_EXC_ERR on a loaded machine.
+	connectRCWith(t, fresh, cb2, rcPath{mtu: verbs.MTU1024, timeout: 17, retry: 7})
 	pairRCTraffic(t, fresh, cb2)
 }
 
