@@ -46,7 +46,7 @@ func docPage() *docgen.Page {
 				"vrnic-mckey -m 239.1.1.1 -s -o -C 100 -S 1024 --socket /run/vrnicd/eth1.sock: a send-only sender of 100 messages of 1 KiB through the daemon that vrnicd@eth1 runs.",
 			}},
 			{Title: "EXIT STATUS", Paragraphs: []string{
-				"0, after \"return status 0\", when every member joined and the messages were sent or received; else mckey's return value, its low byte (\"return status -1\": 255); 1 for a bad command line.",
+				"0, after \"return status 0\", when every member joined and the messages were sent or received; else mckey's return value, its low byte (\"return status -1\": 255; also when interrupted, after leaving the group); 1 for a bad command line.",
 			}},
 		},
 		SeeAlso: []string{"vrnicd(8)", "vrnicctl(1)", "vrnic-udaddy(1)", "mckey(1)"},

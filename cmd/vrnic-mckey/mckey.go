@@ -78,16 +78,17 @@ func (t *test) run(ctx context.Context) int {
 			return status
 		}
 	}
-	if status := t.connectEvents(); status == 0 {
-		if !sleep(ctx, joinPause) {
-			return -1
-		}
+	if status := t.connectEvents(); status == 0 && sleep(ctx, joinPause) {
 		t.transfer(ctx)
 		if beforeLeave != nil {
 			beforeLeave(t.cfg.sender)
 		}
 	}
-	return t.leaveAll()
+	status := t.leaveAll()
+	if ctx.Err() != nil {
+		return -1 // interrupted (SIGINT, SIGTERM), which would have killed mckey
+	}
+	return status
 }
 
 // beforeLeave, if set, is called after the data transfers, before the
@@ -194,7 +195,9 @@ func (t *test) transfer(ctx context.Context) {
 	} else {
 		t.printf("receiving data transfers\n")
 		if err := t.pollCQs(ctx); err != nil {
-			t.printf("mckey: failed polling CQ: %d\n", errnoOf(err))
+			if ctx.Err() == nil {
+				t.printf("mckey: failed polling CQ: %d\n", errnoOf(err))
+			}
 			return
 		}
 	}

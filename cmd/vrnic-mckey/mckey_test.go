@@ -307,3 +307,17 @@ func TestMckeyUsage(t *testing.T) {
 		t.Fatalf("-M without -b: %v %q %q", err, o.String(), e.String())
 	}
 }
+
+// TestMckeyInterrupted: a receiver whose messages do not come, stopped
+// (SIGINT), leaves the group and fails: return status -1.
+func TestMckeyInterrupted(t *testing.T) {
+	ds := servertest.TwoDaemons(t, 1500)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	r := mckey(ctx, ds[0], "-m", group)
+	want := tooltest.Without(receiverLines, "data transfers complete", "return status 0")
+	if got := strings.Join(strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n"), "\n"); got != strings.Join(append(want, "return status -1"), "\n") ||
+		exitCode(r.Err) != 255 || r.Stderr != "" {
+		t.Fatalf("exit %d, stdout:\n%sstderr:\n%s", exitCode(r.Err), r.Stdout, r.Stderr)
+	}
+}
