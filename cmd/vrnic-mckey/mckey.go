@@ -68,7 +68,7 @@ func (t *test) open() (err error) {
 // group and join it, pause, send or receive, leave. Its status is mckey's
 // return value, which the leaves at the end set, as mckey's do.
 func (t *test) run(ctx context.Context) int {
-	t.printf("mckey: starting %s\n", map[bool]string{true: "client", false: "server"}[t.cfg.sender])
+	t.printf("mckey: starting %s\n", t.role())
 	if status := t.getAddrs(); status != 0 {
 		return status
 	}
@@ -89,6 +89,14 @@ func (t *test) run(ctx context.Context) int {
 		return -1 // interrupted (SIGINT, SIGTERM), which would have killed mckey
 	}
 	return status
+}
+
+// role is what mckey calls its side: a sender is the client.
+func (t *test) role() string {
+	if t.cfg.sender {
+		return "client"
+	}
+	return "server"
 }
 
 // beforeLeave, if set, is called after the data transfers, before the
