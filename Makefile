@@ -27,7 +27,7 @@ build:
 # binaries: the daemon and the tools, in ./bin.
 binaries: cabi
 	$(GO) build -ldflags "$(GOLDFLAGS)" -o bin/ ./cmd/vrnicd ./cmd/vrnicctl ./cmd/vrnic-pingpong ./cmd/vrnic-rping \
-		./cmd/vrnic-ucmatose ./cmd/vrnic-udaddy ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime \
+		./cmd/vrnic-ucmatose ./cmd/vrnic-udaddy ./cmd/vrnic-mckey ./cmd/vrnic-rdma-server ./cmd/vrnic-rdma-client ./cmd/vrnic-cmtime \
 		./cmd/vrnic-run ./cmd/vrnic-linkbench $(wildcard ./cmd/vrnic-perf)
 
 # demo: two daemons in two network namespaces, an RC ping-pong, an rping
@@ -122,7 +122,7 @@ FISHCOMPDIR   ?= $(PREFIX)/share/fish/vendor_completions.d
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR   ?= $(PREFIX)/lib/sysusers.d
 VRNICLIBDIR   := $(PREFIX)/lib/vrnicd
-TOOLS         := vrnicd vrnicctl vrnic-perf vrnic-pingpong vrnic-run vrnic-rping vrnic-ucmatose vrnic-udaddy vrnic-rdma-server vrnic-rdma-client vrnic-cmtime vrnic-linkbench
+TOOLS         := vrnicd vrnicctl vrnic-perf vrnic-pingpong vrnic-run vrnic-rping vrnic-ucmatose vrnic-udaddy vrnic-mckey vrnic-rdma-server vrnic-rdma-client vrnic-cmtime vrnic-linkbench
 
 install: binaries
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \

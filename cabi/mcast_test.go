@@ -2,6 +2,8 @@ package cabi
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +31,17 @@ func TestMcastVerbs(t *testing.T) {
 // outputs and errors.
 func mckeyPair(t *testing.T, rx, tx tool, rxBind, txBind, group string, rxArgs, txArgs []string) (rxOut, txOut string, rxErr, txErr error) {
 	t.Helper()
+	return mckeyPairArgv(t, rx, tx, append([]string{"stdbuf", "-oL", "mckey", "-m", group, "-b", rxBind}, rxArgs...),
+		append([]string{"mckey", "-m", group, "-b", txBind, "-s"}, txArgs...))
+}
+
+// mckeyPairArgv runs the receiver rxArgv on rx and, once it says it is
+// receiving (it has joined), the sender txArgv on tx.
+func mckeyPairArgv(t *testing.T, rx, tx tool, rxArgv, txArgv []string) (rxOut, txOut string, rxErr, txErr error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd, buf := rx.command(ctx, append([]string{"stdbuf", "-oL", "mckey", "-m", group, "-b", rxBind}, rxArgs...)...)
+	cmd, buf := rx.command(ctx, rxArgv...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +50,7 @@ func mckeyPair(t *testing.T, rx, tx tool, rxBind, txBind, group string, rxArgs, 
 	for !strings.Contains(buf.String(), "receiving data transfers") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	txOut, txErr = tx.run(t, 20*time.Second, append([]string{"mckey", "-m", group, "-b", txBind, "-s"}, txArgs...)...)
+	txOut, txErr = tx.run(t, 20*time.Second, txArgv...)
 	rxErr = cmd.Wait()
 	return buf.String(), txOut, rxErr, txErr
 }
@@ -83,4 +93,77 @@ func TestMckeyDropin(t *testing.T) {
 			t.Fatalf("mckey -M: %v\n%s", err, out)
 		}
 	})
+}
+
+// mckey's output on success (mckey.c run and main), as cmd/vrnic-mckey
+// checks it, for group 239.5.5.5.
+var (
+	mckeyReceiver = []string{"mckey: starting server", "mckey: joining", "mckey: joined dgid: ::ffff:239.5.5.5 mlid 0x0 sl 0",
+		"receiving data transfers", "data transfers complete", "test complete", "return status 0"}
+	mckeySender = []string{"mckey: starting client", "mckey: joining", "mckey: joined dgid: ::ffff:239.5.5.5 mlid 0x0 sl 0",
+		"initiating data transfers", "data transfers complete", "test complete", "return status 0"}
+)
+
+// cmd/vrnic-mckey against rdma-core's mckey on the drop-in librdmacm,
+// each the sender to the other's receiver across the two devices; then
+// both on command lines mckey fails, with the same output and exit status
+// (a message larger than the active MTU, an IPv6 group) or with no
+// messages (-S 0).
+func TestMckeyGoTool(t *testing.T) {
+	needProgram(t, "mckey", "rdmacm-utils")
+	ourRdmacm(t)
+	vm := buildGoTool(t, "vrnic-mckey")
+	tl, ds := devices(t, 1500)
+	a0, a1 := ds[0].Host.Addr.String(), ds[1].Host.Addr.String()
+	deb := []string{"stdbuf", "-oL", "mckey"}
+	for _, c := range []struct {
+		name     string
+		rx, tx   []string
+		rxA, txA []string
+	}{
+		{"vrnic-mckey sender, mckey receiver", deb, []string{vm}, nil, nil},
+		{"mckey sender, vrnic-mckey receiver", []string{vm}, deb, nil, nil},
+		{"vrnic-mckey send-only sender, mckey receiver", deb, []string{vm}, nil, []string{"-o"}},
+		{"mckey sender, vrnic-mckey receivers, 1024 bytes", []string{vm}, deb, []string{"-C", "20", "-S", "1024"}, []string{"-C", "20", "-S", "1024"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rxArgv := append(append(append([]string(nil), c.rx...), "-m", "239.5.5.5", "-b", a1), c.rxA...)
+			txArgv := append(append(append([]string(nil), c.tx...), "-m", "239.5.5.5", "-b", a0, "-s"), c.txA...)
+			rxOut, txOut, rxErr, txErr := mckeyPairArgv(t, tl[1], tl[0], rxArgv, txArgv)
+			if rxErr != nil || txErr != nil {
+				t.Fatalf("receiver: %v\n%s\nsender: %v\n%s", rxErr, rxOut, txErr, txOut)
+			}
+			checkLines(t, "receiver", rxOut, mckeyReceiver)
+			checkLines(t, "sender", txOut, mckeySender)
+		})
+	}
+	for _, args := range [][]string{
+		{"-m", "239.5.5.5", "-b", a0, "-S", "2000"},
+		// rdma_cm joins no IPv6 group over RoCEv2: the kernel's ENOTSUPP.
+		// (-M's AF_IB group is ENOTSUPP in the kernel and vrnic-mckey,
+		// EINVAL in the drop-in, which takes no AF_IB address.)
+		{"-m", "ff0e::5"},
+		{"-m", "239.5.5.5", "-b", a0, "-S", "0"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			want, wantErr := tl[0].run(t, 20*time.Second, append(deb, args...)...)
+			got, err := tl[0].run(t, 20*time.Second, append([]string{vm}, args...)...)
+			if got != want || exitStatus(err) != exitStatus(wantErr) {
+				t.Errorf("vrnic-mckey: %v\n%s\nmckey: %v\n%s", err, got, wantErr, want)
+			}
+			t.Logf("%v\n%s", wantErr, want)
+		})
+	}
+}
+
+// exitStatus is a finished program's exit status (0 for a nil error).
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

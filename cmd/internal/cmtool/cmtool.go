@@ -1,9 +1,9 @@
 // Package cmtool holds what vrnicd's counterparts of librdmacm's example
-// programs (vrnic-ucmatose, vrnic-udaddy, vrnic-cmtime, vrnic-rdma-server
-// and vrnic-rdma-client) share: a QP as rdma_create_qp leaves it (INIT), a
-// registered buffer, waiting for completions with the CQ's events, the
-// rdma_cm event a failed Dial or Accept stands for, and the command-line
-// address lookup.
+// programs (vrnic-ucmatose, vrnic-udaddy, vrnic-mckey, vrnic-cmtime,
+// vrnic-rdma-server and vrnic-rdma-client) share: a QP as rdma_create_qp
+// leaves it (INIT), a registered buffer, waiting for completions with the
+// CQ's events, the rdma_cm event a failed Dial or Accept stands for, and
+// the command-line address lookup.
 package cmtool
 
 import (
