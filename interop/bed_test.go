@@ -27,7 +27,7 @@ import (
 type toolSet struct {
 	vrnicd, vrnicctl, pingpong, perf, rping  string
 	ucmatose, cmtime, rdmaServer, rdmaClient string
-	udaddy                                   string
+	udaddy, mckey                            string
 }
 
 var (
@@ -53,6 +53,7 @@ func buildTools(t testing.TB) toolSet {
 			ucmatose: filepath.Join(toolsDir, "vrnic-ucmatose"),
 			cmtime:   filepath.Join(toolsDir, "vrnic-cmtime"),
 			udaddy:   filepath.Join(toolsDir, "vrnic-udaddy"),
+			mckey:    filepath.Join(toolsDir, "vrnic-mckey"),
 
 			rdmaServer: filepath.Join(toolsDir, "vrnic-rdma-server"),
 			rdmaClient: filepath.Join(toolsDir, "vrnic-rdma-client"),
@@ -60,7 +61,7 @@ func buildTools(t testing.TB) toolSet {
 		for out, pkg := range map[string]string{theTools.vrnicd: "vrnicd", theTools.vrnicctl: "vrnicctl",
 			theTools.pingpong: "vrnic-pingpong", theTools.perf: "vrnic-perf", theTools.rping: "vrnic-rping",
 			theTools.ucmatose: "vrnic-ucmatose", theTools.cmtime: "vrnic-cmtime", theTools.rdmaServer: "vrnic-rdma-server",
-			theTools.rdmaClient: "vrnic-rdma-client", theTools.udaddy: "vrnic-udaddy"} {
+			theTools.rdmaClient: "vrnic-rdma-client", theTools.udaddy: "vrnic-udaddy", theTools.mckey: "vrnic-mckey"} {
 			b, err := exec.Command("go", "build", "-o", out, "github.com/vrnic/vrnicd/cmd/"+pkg).CombinedOutput()
 			if err != nil {
 				toolsErr = fmt.Errorf("go build cmd/%s: %v\n%s", pkg, err, b)

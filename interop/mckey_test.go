@@ -50,6 +50,9 @@ const (
 	mckeyGroupRaw        = "239.7.7.5"
 	mckeyGroupQKey       = "239.7.7.6"
 	mckeyGroupQKey2      = "239.7.7.7"
+	// vrnic-mckey (the Go clone) each way.
+	mckeyGroupGoToKernel   = "239.7.7.8"
+	mckeyGroupGoFromKernel = "239.7.7.9"
 	// mckeyGroup6: an IPv6 group (AF_IB by -M; mckey -M needs -b).
 	mckeyGroup6 = "ff0e::db8:7"
 	// mckeyGroup6LL: a link-local scope IPv6 group, which the kernel routes
@@ -116,6 +119,13 @@ func TestInteropMckey(t *testing.T) {
 		t.Run("kernel-receiver", func(t *testing.T) { m.run(t, a, mckeyGroupSendOnlyTo, true, []string{"-o"}) })
 		t.Run("vrnicd-receiver", func(t *testing.T) { m.run(t, a, mckeyGroupSendOnlyFr, false, []string{"-o"}) })
 	})
+	t.Run("vrnic-mckey", func(t *testing.T) {
+		// The Go clone in place of the host's mckey, against the kernel's.
+		g := *m
+		g.goTool = d.tools.mckey
+		t.Run("kernel-receiver", func(t *testing.T) { g.run(t, a, mckeyGroupGoToKernel, true, nil) })
+		t.Run("vrnicd-receiver", func(t *testing.T) { g.run(t, a, mckeyGroupGoFromKernel, false, nil) })
+	})
 	t.Run("qkey-mismatch", m.qkey)
 	t.Run("ipv6-group", m.ipv6)
 	t.Logf("%.1fs in all", time.Since(start).Seconds())
@@ -128,6 +138,9 @@ type mckeyBed struct {
 	a     *vrnSide
 	capV  *frameLog
 	guest netip.Addr
+	// goTool: the host side runs vrnic-mckey (this path) on the Go SDK
+	// instead of rdma-core's mckey on the drop-in librdmacm.
+	goTool string
 }
 
 // vrnSide is a vrnicd the host's mckey runs on: its namespace, daemon and
@@ -142,6 +155,9 @@ type vrnSide struct {
 // hostArgv is the host's mckey under the drop-in on side v, line-buffered
 // (stdbuf) so that its progress can be read while it runs.
 func (m *mckeyBed) hostArgv(v *vrnSide, args ...string) []string {
+	if m.goTool != "" {
+		return append([]string{m.goTool, "--socket", v.d.socket}, args...)
+	}
 	h := m.h
 	return append([]string{"env", "LD_LIBRARY_PATH=" + h.libDir, "VRNICD_SOCKET=" + v.d.socket, "LC_ALL=C",
 		h.progs["stdbuf"], "-oL", h.progs["mckey"]}, args...)
