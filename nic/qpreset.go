@@ -1,7 +1,7 @@
 package nic
 
 // Discarder is a SendSource or RecvSource that can drop everything its
-// client posted and hand every slot back (ring.SendQueue, ring.RecvQueue).
+// client posted and hand every slot back (wq.SendQueue, wq.RecvQueue).
 type Discarder interface {
 	Discard()
 }

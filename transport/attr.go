@@ -7,54 +7,49 @@ import (
 
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 )
 
-// AttrMask selects the QP attributes a Modify sets, numbered as enum
-// ibv_qp_attr_mask.
-type AttrMask uint32
+// AttrMask, MTU, QPAttr and QPCap are defined in verbsock/ibv (the
+// client-visible vocabulary); these are aliases.
+type (
+	AttrMask = ibv.AttrMask
+	MTU      = ibv.MTU
+	QPAttr   = ibv.QPAttr
+	QPCap    = ibv.QPCap
+)
 
 const (
-	AttrState            AttrMask = 1 << 0
-	AttrCurState         AttrMask = 1 << 1
-	AttrEnSQDAsyncNotify AttrMask = 1 << 2
-	AttrAccessFlags      AttrMask = 1 << 3
-	AttrPKeyIndex        AttrMask = 1 << 4
-	AttrPort             AttrMask = 1 << 5
-	AttrQKey             AttrMask = 1 << 6
-	AttrAV               AttrMask = 1 << 7
-	AttrPathMTU          AttrMask = 1 << 8
-	AttrTimeout          AttrMask = 1 << 9
-	AttrRetryCnt         AttrMask = 1 << 10
-	AttrRNRRetry         AttrMask = 1 << 11
-	AttrRQPSN            AttrMask = 1 << 12
-	AttrMaxQPRdAtomic    AttrMask = 1 << 13
-	AttrAltPath          AttrMask = 1 << 14
-	AttrMinRNRTimer      AttrMask = 1 << 15
-	AttrSQPSN            AttrMask = 1 << 16
-	AttrMaxDestRdAtomic  AttrMask = 1 << 17
-	AttrPathMigState     AttrMask = 1 << 18
-	AttrCap              AttrMask = 1 << 19
-	AttrDestQPN          AttrMask = 1 << 20
+	AttrState            = ibv.QPAttrState
+	AttrCurState         = ibv.QPAttrCurState
+	AttrEnSQDAsyncNotify = ibv.QPAttrEnSQDAsyncNotify
+	AttrAccessFlags      = ibv.QPAttrAccessFlags
+	AttrPKeyIndex        = ibv.QPAttrPKeyIndex
+	AttrPort             = ibv.QPAttrPort
+	AttrQKey             = ibv.QPAttrQKey
+	AttrAV               = ibv.QPAttrAV
+	AttrPathMTU          = ibv.QPAttrPathMTU
+	AttrTimeout          = ibv.QPAttrTimeout
+	AttrRetryCnt         = ibv.QPAttrRetryCnt
+	AttrRNRRetry         = ibv.QPAttrRNRRetry
+	AttrRQPSN            = ibv.QPAttrRQPSN
+	AttrMaxQPRdAtomic    = ibv.QPAttrMaxQPRdAtomic
+	AttrAltPath          = ibv.QPAttrAltPath
+	AttrMinRNRTimer      = ibv.QPAttrMinRNRTimer
+	AttrSQPSN            = ibv.QPAttrSQPSN
+	AttrMaxDestRdAtomic  = ibv.QPAttrMaxDestRdAtomic
+	AttrPathMigState     = ibv.QPAttrPathMigState
+	AttrCap              = ibv.QPAttrCap
+	AttrDestQPN          = ibv.QPAttrDestQPN
 )
-
-// MTU is an IB path MTU, numbered as enum ibv_mtu (1 = 256 … 5 = 4096).
-type MTU uint8
 
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
+	MTU256  = ibv.MTU256
+	MTU512  = ibv.MTU512
+	MTU1024 = ibv.MTU1024
+	MTU2048 = ibv.MTU2048
+	MTU4096 = ibv.MTU4096
 )
-
-// Bytes is the MTU in bytes, 0 if the value is not a valid MTU.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
 
 // MTUForNetdev is the largest IB MTU a link MTU carries, as rxe computes it:
 // the link MTU less the worst-case RoCEv2 headers (RXE_MAX_HDR_LENGTH, 80
@@ -67,37 +62,6 @@ func MTUForNetdev(linkMTU int) MTU {
 		}
 	}
 	return MTU256
-}
-
-// QPAttr holds the modifiable QP attributes (struct ibv_qp_attr): a
-// modify sets the fields its AttrMask names, a query reports them all. It
-// is the one definition the engine, the daemon's rings and server and the
-// client SDK (verbs.QPAttr) share.
-type QPAttr struct {
-	State    QPState // qp_state: the state to move to (AttrState)
-	CurState QPState // cur_qp_state: the state the caller believes the QP is in (AttrCurState)
-	PathMTU  MTU     // path_mtu: the largest payload of a packet, MTU256 … MTU4096 (RC, UC)
-	QKey     uint32  // qkey: the Q_Key of UD sends and the one receives must carry (UD)
-	RQPSN    uint32  // rq_psn: the PSN expected of the first request received (RTR)
-	SQPSN    uint32  // sq_psn: the PSN of the first request sent (RTS)
-	DestQPN  uint32  // dest_qp_num: the remote QP (RC, UC)
-	// AccessFlags is qp_access_flags: the remote operations the responder
-	// allows (mem.RemoteWrite, mem.RemoteRead, mem.RemoteAtomic).
-	AccessFlags mem.Access
-	AV          AddressVector // ah_attr: the primary path, where packets go (RC, UC)
-	PKeyIndex   uint16        // pkey_index: index in the port's P_Key table
-	Port        uint8         // port_num: the device's port (1)
-	// MaxRdAtomic is max_rd_atomic: RDMA READs and atomics the QP may have
-	// outstanding as the requester.
-	MaxRdAtomic uint8
-	// MaxDestRdAtomic is max_dest_rd_atomic: those it answers at once as
-	// the responder (the resources it keeps for duplicates).
-	MaxDestRdAtomic uint8
-	MinRNRTimer     uint8 // min_rnr_timer: the 5-bit delay code of the RNR NAKs it sends (IBA table 45)
-	Timeout         uint8 // timeout: Local ACK Timeout, 4.096 µs × 2^Timeout; 0 waits forever
-	RetryCnt        uint8 // retry_cnt: retransmissions after a timeout or sequence NAK before WCRetryExcErr (0-7)
-	RNRRetry        uint8 // rnr_retry: retries after an RNR NAK before WCRNRRetryExcErr (0-7; 7 = infinite)
-	SQDrainNotify   bool  // en_sqd_async_notify: an SQ-drained event when SQD has drained (AttrEnSQDAsyncNotify)
 }
 
 // LocalAckTimeout is the retransmit timeout of a Timeout attribute:
@@ -118,16 +82,6 @@ var rnrTimerMicros = [32]int64{
 // RNRTimer is the delay an RNR NAK with timer code c asks for.
 func RNRTimer(c uint8) time.Duration {
 	return time.Duration(rnrTimerMicros[c&0x1f]) * time.Microsecond
-}
-
-// QPCap are the queue sizes fixed at create time (struct ibv_qp_cap): what
-// the consumer asks for, and on return what the QP has.
-type QPCap struct {
-	MaxSendWR     uint32 // max_send_wr: send WRs outstanding (posted and not completed)
-	MaxRecvWR     uint32 // max_recv_wr: receive WRs outstanding (none with an SRQ)
-	MaxSendSGE    uint32 // max_send_sge: SGEs in one send WR
-	MaxRecvSGE    uint32 // max_recv_sge: SGEs in one receive WR
-	MaxInlineData uint32 // max_inline_data: bytes a SendInline WR may carry
 }
 
 // Errors of Modify and of posting.

@@ -17,12 +17,21 @@
 // publishes an immutable attribute snapshot that each owner picks up the
 // next time it runs (qp.go).
 //
+// # Vocabulary
+//
+// The names a client also sees (QPType, QPState, AttrMask, QPAttr, QPCap,
+// MTU, AddressVector, WROpcode, SendFlags, SGE, WC and its status, opcode
+// and flags, OpcodeAllowed; mem.Access and mem.MWType; cm.State) are
+// aliases of package verbsock/ibv, a leaf the client SDK shares without
+// linking the engine. What only the engine needs (SendWR, RecvWR, the
+// checks and the timers of the attributes) is defined here.
+//
 // # Files and kernel rxe's roles
 //
 // One file per role, as in drivers/infiniband/sw/rxe:
 //
 //	qp.go, attr.go     QP creation, attributes, state machine       rxe_qp.c, rxe_verbs.c (modify_qp checks)
-//	types.go, env.go   verbs types, the engine's environment        rxe_verbs.h, rxe_loc.h
+//	types.go, env.go   work requests, the engine's environment      rxe_verbs.h, rxe_loc.h
 //	sq.go              send queue: state, post_send, completion     rxe_verbs.c (post_send), rxe_comp.c (do_complete)
 //	req.go             requester: WQE start, request packets        rxe_req.c
 //	comp.go            completer: ACK, NAK, READ/atomic responses   rxe_comp.c

@@ -135,7 +135,7 @@ func (q *QP) publish(srcPort uint16) {
 	q.gen++
 	s := &qpSnap{attr: q.attr, gen: q.gen, resets: q.resets, srcPort: srcPort}
 	s.mtu = q.attr.PathMTU.Bytes()
-	if q.typ.datagram() {
+	if isDatagram(q.typ) {
 		s.mtu = MTU1024.Bytes()
 		if q.env.PortMTU != nil {
 			s.mtu = q.env.PortMTU().Bytes()
@@ -213,7 +213,7 @@ func (q *QP) Modify(a *QPAttr, mask AttrMask) error {
 	n.State = next
 	n.CurState = next
 	port := q.snap.Load().srcPort
-	if mask&AttrAV != 0 && !q.typ.datagram() {
+	if mask&AttrAV != 0 && !isDatagram(q.typ) {
 		port = udpSourcePort(n.AV.FlowLabel, q.qpn, n.DestQPN)
 	}
 	q.publish(port)

@@ -101,7 +101,7 @@ func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 	if w.wr.Flags&SendFence != 0 && ss.rdInFlight > 0 {
 		return false // IBV_SEND_FENCE: earlier READ/ATOMIC must finish first
 	}
-	if w.wr.Opcode.local() {
+	if isLocal(w.wr.Opcode) {
 		if w.wr.Opcode == WRLocalInv && ss.head != ss.issue {
 			return false // LIF: LOCAL_INV waits for every earlier WQE to complete
 		}
@@ -121,7 +121,7 @@ func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 	switch {
 	case w.length > MaxMessageSize:
 		ss.finish(w, WCLocLenErr)
-	case q.typ.datagram() && w.length > mtu:
+	case isDatagram(q.typ) && w.length > mtu:
 		ss.finish(w, WCLocLenErr) // a UD message must fit one packet
 	}
 	if w.state == wqeDone {
@@ -129,7 +129,7 @@ func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 		ss.net = ss.issue
 		return true
 	}
-	if w.wr.Opcode.rdAtomic() {
+	if isRdAtomic(w.wr.Opcode) {
 		if s.attr.MaxRdAtomic == 0 {
 			ss.finish(w, WCLocQPOpErr) // the QP allows no outstanding READ/atomic
 			ss.issue++
@@ -161,7 +161,7 @@ func (ss *sendSide) start(s *qpSnap, w *swqe) bool {
 	w.firstPSN = ss.psn
 	w.sent, w.rcvd = 0, 0
 	w.state = wqeActive
-	if w.wr.Opcode.rdAtomic() {
+	if isRdAtomic(w.wr.Opcode) {
 		ss.rdInFlight++
 		w.credit = true
 	}
@@ -293,7 +293,7 @@ func (ss *sendSide) requestHeaders(f *wire.PacketFields, s *qpSnap, w *swqe, psn
 		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, Length: uint32(w.length)}
 		f.FETH = wire.FETHFields{Selectivity: w.wr.FlushType, Placement: w.wr.FlushLevel}
 	}
-	if ss.q.typ.datagram() {
+	if isDatagram(ss.q.typ) {
 		ss.datagramHeaders(f, s, w)
 	}
 }
@@ -343,7 +343,7 @@ func (ss *sendSide) queueRequest(f *wire.PacketFields, s *qpSnap, w *swqe, off, 
 		ss.gather(w, off, pkt[info.HdrLen:info.HdrLen+int(n)])
 	}
 	av := &s.attr.AV
-	if q.typ.datagram() {
+	if isDatagram(q.typ) {
 		av = w.wr.AH
 	}
 	ss.tx = append(ss.tx, TxPacket{Buf: buf, Headroom: h, AV: av, SrcPort: s.srcPort, SrcQPN: q.qpn})
@@ -379,8 +379,8 @@ func (ss *sendSide) rcSent(s *qpSnap, w *swqe, psn wire.PSN) {
 // opcode picks the wire opcode for the WQE's next packet.
 func (ss *sendSide) opcode(w *swqe, last bool) wire.Opcode {
 	first := w.sent == 0
-	t := wire.Opcode(ss.q.typ.wireTransport())
-	if ss.q.typ.datagram() {
+	t := wire.Opcode(wireTransport(ss.q.typ))
+	if isDatagram(ss.q.typ) {
 		if w.wr.Opcode == WRSendWithImm {
 			return wire.UDSendOnlyWithImmediate
 		}

@@ -314,7 +314,7 @@ func (q *QP) HandleRequest(p *RxPacket) {
 	s := rs.sync()
 	st := s.attr.State
 	if st == StateReset || st == StateInit || st == StateErr || p.Op.Flags&wire.FlagRequest == 0 ||
-		p.BTH.Opcode().Transport() != q.typ.wireTransport() {
+		p.BTH.Opcode().Transport() != wireTransport(q.typ) {
 		q.inc(RcvdDropped)
 		return
 	}

@@ -304,7 +304,7 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 			return fmt.Errorf("%w: BIND_MW without binding", ErrInvalid)
 		}
 	}
-	if q.typ.datagram() && wr.AH == nil {
+	if isDatagram(q.typ) && wr.AH == nil {
 		return fmt.Errorf("%w: UD send without address handle", ErrInvalid)
 	}
 	return nil

@@ -99,7 +99,7 @@ const (
 )
 
 // CMEntry is one connection or listener. State is the IBA ch. 12 state
-// (transport/cm State: 9 ESTABLISHED, 12 TIMEWAIT); a listener has only
+// (ibv.CMState: 9 ESTABLISHED, 12 TIMEWAIT); a listener has only
 // ServiceID, Local (all zeros: any address) and Owner. Addresses are
 // IPv4-mapped or IPv6; Owner is the client's pid (0: none known).
 type CMEntry struct {

@@ -7,44 +7,35 @@ import (
 
 	"github.com/vrnic/vrnicd/transport/clock"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 )
 
 // State is a connection's CM state (IBA 12.9.6, Figure 160 "CM state
-// diagram"; the kernel's enum ib_cm_state).
-type State uint8
+// diagram"; the kernel's enum ib_cm_state): defined in verbsock/ibv (the
+// client-visible vocabulary, ibv.CMState), aliased here.
+type State = ibv.CMState
 
 const (
-	StateIdle State = iota
-	StateREQSent
-	StateREQRcvd
-	StateMRAREQSent // passive: we sent MRA for the REQ
-	StateMRAREQRcvd // active: the peer sent MRA for our REQ
-	StateREPSent
-	StateREPRcvd
-	StateMRAREPSent // active: we sent MRA for the REP (not done here: REP is answered at once)
-	StateMRAREPRcvd // passive: the peer sent MRA for our REP
-	StateEstablished
-	StateDREQSent
-	StateDREQRcvd
-	StateTimewait
-	StateSIDRREQSent
-	StateSIDRREQRcvd
+	StateIdle        = ibv.CMStateIdle
+	StateREQSent     = ibv.CMStateREQSent
+	StateREQRcvd     = ibv.CMStateREQRcvd
+	StateMRAREQSent  = ibv.CMStateMRAREQSent
+	StateMRAREQRcvd  = ibv.CMStateMRAREQRcvd
+	StateREPSent     = ibv.CMStateREPSent
+	StateREPRcvd     = ibv.CMStateREPRcvd
+	StateMRAREPSent  = ibv.CMStateMRAREPSent
+	StateMRAREPRcvd  = ibv.CMStateMRAREPRcvd
+	StateEstablished = ibv.CMStateEstablished
+	StateDREQSent    = ibv.CMStateDREQSent
+	StateDREQRcvd    = ibv.CMStateDREQRcvd
+	StateTimewait    = ibv.CMStateTimewait
+	StateSIDRREQSent = ibv.CMStateSIDRREQSent
+	StateSIDRREQRcvd = ibv.CMStateSIDRREQRcvd
 )
 
-var stateNames = [...]string{"IDLE", "REQ_SENT", "REQ_RCVD", "MRA_REQ_SENT", "MRA_REQ_RCVD", "REP_SENT",
-	"REP_RCVD", "MRA_REP_SENT", "MRA_REP_RCVD", "ESTABLISHED", "DREQ_SENT", "DREQ_RCVD", "TIMEWAIT",
-	"SIDR_REQ_SENT", "SIDR_REQ_RCVD"}
-
-func (s State) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return "?"
-}
-
-// halfOpen reports whether a passive connection in state s is one a REQ
+// isHalfOpen reports whether a passive connection in state s is one a REQ
 // storm could pile up: the consumer or the peer has yet to finish it.
-func (s State) halfOpen() bool {
+func isHalfOpen(s State) bool {
 	switch s {
 	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd, StateSIDRREQRcvd:
 		return true

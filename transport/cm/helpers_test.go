@@ -137,7 +137,7 @@ func checkInvariants(t *Table) error {
 		if c.ID != id || c.State == StateIdle {
 			return fmt.Errorf("conn %#x: ID %#x state %v", id, c.ID, c.State)
 		}
-		if !c.Active && c.State.halfOpen() {
+		if !c.Active && isHalfOpen(c.State) {
 			half++
 		}
 		if c.timer.Queued() {

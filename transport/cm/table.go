@@ -234,8 +234,8 @@ func (t *Table) qpInUse(qpn, except uint32) bool {
 
 // setState moves c to s, keeping the half-open count.
 func (t *Table) setState(c *Conn, s State) {
-	was := !c.Active && c.State.halfOpen()
-	now := !c.Active && s.halfOpen()
+	was := !c.Active && isHalfOpen(c.State)
+	now := !c.Active && isHalfOpen(s)
 	switch {
 	case was && !now:
 		t.halfOpen--

@@ -1,5 +1,7 @@
 package mem
 
+import "github.com/vrnic/vrnicd/verbsock/ibv"
+
 // Keys have kernel rxe's layout: index << 8 | key byte. The index names the
 // object and says which table it lives in; the key byte is chosen at random
 // when the object is created and may be changed by the consumer with each
@@ -11,8 +13,8 @@ const (
 	MWIndexMax uint32 = 1 << 20
 )
 
-// KeyIndex is the object index of a key (key >> 8).
-func KeyIndex(key uint32) uint32 { return key >> 8 }
+// KeyIndex is the object index of a key (key >> 8): ibv.KeyIndex.
+func KeyIndex(key uint32) uint32 { return ibv.KeyIndex(key) }
 
 // KeyByte is the consumer-owned low byte of a key.
 func KeyByte(key uint32) uint8 { return uint8(key) }
@@ -24,8 +26,8 @@ func MakeKey(index uint32, b uint8) uint32 { return index<<8 | uint32(b) }
 func WithKeyByte(key uint32, b uint8) uint32 { return key&^0xFF | uint32(b) }
 
 // NextKey bumps the low byte, wrapping within it and keeping the index:
-// ibv_inc_rkey, what ULPs do before each REG_MR or BIND_MW.
-func NextKey(key uint32) uint32 { return key&^0xFF | (key+1)&0xFF }
+// ibv_inc_rkey (ibv.NextKey).
+func NextKey(key uint32) uint32 { return ibv.NextKey(key) }
 
 // IsMRKey reports whether the key's index is in the MR range.
 func IsMRKey(key uint32) bool {

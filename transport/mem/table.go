@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 )
 
 // PD is a protection domain handle. Handles are never reused while the
@@ -56,12 +58,13 @@ func (k ObjKind) String() string {
 	return "none"
 }
 
-// MWType is a memory window type, with ibverbs' values.
-type MWType uint8
+// MWType is a memory window type, with ibverbs' values: defined in
+// verbsock/ibv, aliased here.
+type MWType = ibv.MWType
 
 const (
-	MWType1  MWType = 1 // IBV_MW_TYPE_1
-	MWType2B MWType = 2 // IBV_MW_TYPE_2 (rxe implements 2B)
+	MWType1  = ibv.MWType1  // IBV_MW_TYPE_1
+	MWType2B = ibv.MWType2B // IBV_MW_TYPE_2 (rxe implements 2B)
 )
 
 // Config sizes a Table. Zero fields take the defaults.

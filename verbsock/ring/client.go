@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 )
 
 // Producer is the client end of an SQ, RQ or SRQ ring. It is not safe for
@@ -89,9 +89,9 @@ var ErrInline = errors.New("ring: inline data exceeds max_inline_data")
 // are the connection's; keys are the device's.
 type SQE struct {
 	WRID       uint64
-	Flags      transport.SendFlags
-	Opcode     transport.WROpcode
-	SGL        []transport.SGE
+	Flags      ibv.SendFlags
+	Opcode     ibv.WROpcode
+	SGL        []ibv.SGE
 	Inline     []byte // written to the inline area when Flags has SendInline
 	ImmData    uint32
 	RKey       uint32
@@ -125,28 +125,28 @@ func PutSQE(b []byte, e *SQE, maxSGE, maxInline uint32) error {
 	if len(e.SGL) > int(maxSGE) || len(e.SGL) > 255 {
 		return fmt.Errorf("ring: %d SGEs, max_send_sge is %d", len(e.SGL), maxSGE)
 	}
-	le.PutUint64(b[sqeWRID:], e.WRID)
-	le.PutUint32(b[sqeFlags:], uint32(e.Flags))
-	b[sqeOpcode] = uint8(e.Opcode)
-	le.PutUint32(b[sqeImm:], e.ImmData)
-	le.PutUint32(b[sqeRKey:], e.RKey)
-	le.PutUint64(b[sqeRemoteAddr:], e.RemoteAddr)
-	le.PutUint64(b[sqeCompareAdd:], e.CompareAdd)
-	le.PutUint64(b[sqeSwap:], e.Swap)
-	le.PutUint32(b[sqeAH:], e.AH)
-	le.PutUint32(b[sqeRemoteQPN:], e.RemoteQPN)
-	le.PutUint32(b[sqeRemoteQKey:], e.RemoteQKey)
-	b[sqeFlushType] = e.FlushType
-	b[sqeFlushLevel] = e.FlushLevel
-	area := b[sqInlineOff(maxSGE):]
-	if e.Flags&transport.SendInline != 0 {
+	le.PutUint64(b[SQEWRID:], e.WRID)
+	le.PutUint32(b[SQEFlags:], uint32(e.Flags))
+	b[SQEOpcode] = uint8(e.Opcode)
+	le.PutUint32(b[SQEImm:], e.ImmData)
+	le.PutUint32(b[SQERKey:], e.RKey)
+	le.PutUint64(b[SQERemoteAddr:], e.RemoteAddr)
+	le.PutUint64(b[SQECompareAdd:], e.CompareAdd)
+	le.PutUint64(b[SQESwap:], e.Swap)
+	le.PutUint32(b[SQEAH:], e.AH)
+	le.PutUint32(b[SQERemoteQPN:], e.RemoteQPN)
+	le.PutUint32(b[SQERemoteQKey:], e.RemoteQKey)
+	b[SQEFlushType] = e.FlushType
+	b[SQEFlushLevel] = e.FlushLevel
+	area := b[SQInlineOff(maxSGE):]
+	if e.Flags&ibv.SendInline != 0 {
 		if len(e.Inline) > int(maxInline) {
 			return ErrInline
 		}
-		le.PutUint16(b[sqeInlineLen:], uint16(len(e.Inline)))
+		le.PutUint16(b[SQEInlineLen:], uint16(len(e.Inline)))
 		copy(area, e.Inline)
 	} else {
-		b[sqeNumSGE] = uint8(len(e.SGL))
+		b[SQENumSGE] = uint8(len(e.SGL))
 		for i, s := range e.SGL {
 			o := SQEDescSize + i*SGESize
 			le.PutUint64(b[o:], s.Addr)
@@ -154,9 +154,9 @@ func PutSQE(b []byte, e *SQE, maxSGE, maxInline uint32) error {
 			le.PutUint32(b[o+12:], s.LKey)
 		}
 	}
-	o := b[sqeOp:]
+	o := b[SQEOp:]
 	switch e.Opcode {
-	case transport.WRRegMR:
+	case ibv.WRRegMR:
 		if len(e.RegPages)*PageEntry > int(maxInline) || len(e.RegPages) > 0xFFFF {
 			return fmt.Errorf("ring: %d REG_MR pages do not fit in %d bytes of inline area", len(e.RegPages), maxInline)
 		}
@@ -167,13 +167,13 @@ func PutSQE(b []byte, e *SQE, maxSGE, maxInline uint32) error {
 		le.PutUint64(o[16:], e.RegIOVA)
 		le.PutUint64(o[24:], e.RegLength)
 		le.PutUint64(o[32:], e.RegMemOffset)
-		le.PutUint16(b[sqeNumPages:], uint16(len(e.RegPages)))
+		le.PutUint16(b[SQENumPages:], uint16(len(e.RegPages)))
 		for i, p := range e.RegPages {
 			pe := area[i*PageEntry:]
 			le.PutUint32(pe[0:], p.Mem)
 			le.PutUint64(pe[8:], p.Offset)
 		}
-	case transport.WRBindMW:
+	case ibv.WRBindMW:
 		le.PutUint32(o[0:], e.BindMWKey)
 		le.PutUint32(o[4:], e.BindAccess)
 		le.PutUint32(o[8:], e.BindMRKey)
@@ -184,12 +184,12 @@ func PutSQE(b []byte, e *SQE, maxSGE, maxInline uint32) error {
 }
 
 // PutRQE encodes a receive work request into an RQE slot.
-func PutRQE(b []byte, id uint64, sgl []transport.SGE, maxSGE uint32) error {
+func PutRQE(b []byte, id uint64, sgl []ibv.SGE, maxSGE uint32) error {
 	if len(sgl) > int(maxSGE) {
 		return fmt.Errorf("ring: %d SGEs, max_recv_sge is %d", len(sgl), maxSGE)
 	}
-	le.PutUint64(b[rqeWRID:], id)
-	le.PutUint32(b[rqeNumSGE:], uint32(len(sgl)))
+	le.PutUint64(b[RQEWRID:], id)
+	le.PutUint32(b[RQENumSGE:], uint32(len(sgl)))
 	for i, s := range sgl {
 		o := RQEDescSize + i*SGESize
 		le.PutUint64(b[o:], s.Addr)
@@ -216,7 +216,7 @@ func NewCQReader(m []byte, entries uint32, pageSize int) (*CQReader, error) {
 }
 
 // Poll takes up to len(out) completions, oldest first (ibv_poll_cq).
-func (c *CQReader) Poll(out []transport.WC) int {
+func (c *CQReader) Poll(out []ibv.WC) int {
 	tail := loadProd(c.m)
 	n := 0
 	for c.head != tail && n < len(out) {

@@ -27,6 +27,12 @@
 //
 // The informational header fields are never read by the daemon: it sizes
 // every ring from the create request and checks the memfd size against it.
+//
+// This package is the layout, the client's ends (Producer, CQReader, the
+// entry encoders) and the daemon's ends that need no engine type (Consumer,
+// CQ); entries are in the vocabulary of verbsock/ibv. The daemon's SQ and
+// RQ ends, which decode entries into the engine's work requests, are
+// package ring/wq, so that the client SDK links no engine package.
 package ring
 
 import (
@@ -119,28 +125,31 @@ func Bytes(entries uint32, entrySize, pageSize int) int {
 //	                    80 addr, 88 length (u64)
 //	128  16·n  SGEs: addr u64, length u32, lkey u32
 //	...        inline data; REG_MR page entries: mem handle u32, 0 u32, offset u64
+//
+// The SQE* and RQE* offsets are exported for the daemon's decoders (package
+// ring/wq).
 const (
 	SQEDescSize = 128
 	SGESize     = 16
 	PageEntry   = 16
 
-	sqeWRID       = 0
-	sqeFlags      = 8
-	sqeOpcode     = 12
-	sqeNumSGE     = 13
-	sqeInlineLen  = 14
-	sqeImm        = 16
-	sqeRKey       = 20
-	sqeRemoteAddr = 24
-	sqeCompareAdd = 32
-	sqeSwap       = 40
-	sqeAH         = 48
-	sqeRemoteQPN  = 52
-	sqeRemoteQKey = 56
-	sqeFlushType  = 60
-	sqeFlushLevel = 61
-	sqeNumPages   = 62
-	sqeOp         = 64
+	SQEWRID       = 0
+	SQEFlags      = 8
+	SQEOpcode     = 12
+	SQENumSGE     = 13
+	SQEInlineLen  = 14
+	SQEImm        = 16
+	SQERKey       = 20
+	SQERemoteAddr = 24
+	SQECompareAdd = 32
+	SQESwap       = 40
+	SQEAH         = 48
+	SQERemoteQPN  = 52
+	SQERemoteQKey = 56
+	SQEFlushType  = 60
+	SQEFlushLevel = 61
+	SQENumPages   = 62
+	SQEOp         = 64
 )
 
 // SQEntrySize is the SQE size for a QP's caps.
@@ -148,16 +157,16 @@ func SQEntrySize(maxSGE, maxInline uint32) int {
 	return align(SQEDescSize+SGESize*int(maxSGE)+align(int(maxInline), 16), 64)
 }
 
-// sqInlineOff is where the inline area starts.
-func sqInlineOff(maxSGE uint32) int { return SQEDescSize + SGESize*int(maxSGE) }
+// SQInlineOff is where the inline area starts.
+func SQInlineOff(maxSGE uint32) int { return SQEDescSize + SGESize*int(maxSGE) }
 
 // Receive queue entry (RQE, also SRQ) layout: wr_id u64 at 0, num_sge u32
 // at 8, 4 reserved bytes, then num_sge SGEs (16 bytes each), the entry
 // rounded up to 64 bytes.
 const (
 	RQEDescSize = 16
-	rqeWRID     = 0
-	rqeNumSGE   = 8
+	RQEWRID     = 0
+	RQENumSGE   = 8
 )
 
 // RQEntrySize is the RQE size for max_recv_sge SGEs.

@@ -17,6 +17,7 @@ import (
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
+	"github.com/vrnic/vrnicd/verbsock/ring/wq"
 	"github.com/vrnic/vrnicd/verbsock/shm"
 	"golang.org/x/sys/unix"
 )
@@ -112,7 +113,7 @@ type qpObj struct {
 	scq, rcq       *cqObj
 	srq            *srqObj
 	sqm, rqm       *shm.Mapping
-	sq             *ring.SendQueue
+	sq             *wq.SendQueue
 	swept          uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
 	heap           int64  // daemon memory charged for it (qpHeapBytes)
 }
@@ -128,7 +129,7 @@ type srqObj struct {
 	// moves posts into the SRQ, the receive owners of its QPs free slots
 	// as they take WQEs (taken), resize_srq swaps the ring.
 	mu     sync.Mutex
-	rq     *ring.RecvQueue
+	rq     *wq.RecvQueue
 	m      *shm.Mapping
 	closed bool
 	// starved: the last drain stopped on a full SRQ, so posts wait in the
@@ -507,7 +508,7 @@ func (c *conn) sweep() {
 	}
 }
 
-// AH implements ring.Resolver.
+// AH implements wq.Resolver.
 func (c *conn) AH(h uint32) (*transport.AddressVector, mem.PD, bool) {
 	c.mu.RLock()
 	a := c.ahs[h]
@@ -518,7 +519,7 @@ func (c *conn) AH(h uint32) (*transport.AddressVector, mem.PD, bool) {
 	return a.av, a.pd, true
 }
 
-// Mem implements ring.Resolver.
+// Mem implements wq.Resolver.
 func (c *conn) Mem(h uint32) (mem.Backing, bool) {
 	c.mu.RLock()
 	m := c.mems[h]

@@ -8,6 +8,7 @@ import (
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
+	"github.com/vrnic/vrnicd/verbsock/ring/wq"
 	"github.com/vrnic/vrnicd/verbsock/shm"
 )
 
@@ -177,7 +178,7 @@ func (c *conn) qpConfig(o *qpObj, p *pdObj, h, sqN, rqN uint32) (nic.QPConfig, e
 		}
 		c.event(verbsock.EventMsg{Type: verbsock.EventQPFatal, Handle: h})
 	}
-	sq, err := ring.NewSendQueue(ring.SQConfig{Mem: o.sqm.Bytes(), Entries: sqN, MaxSGE: cp.MaxSendSGE,
+	sq, err := wq.NewSendQueue(wq.SQConfig{Mem: o.sqm.Bytes(), Entries: sqN, MaxSGE: cp.MaxSendSGE,
 		MaxInline: cp.MaxInlineData, MaxPages: c.s.cfg.MaxFastRegPages, PageSize: shm.PageSize, PD: p.pd,
 		Resolver: c, OnCorrupt: onCorrupt})
 	if err != nil {
@@ -190,7 +191,7 @@ func (c *conn) qpConfig(o *qpObj, p *pdObj, h, sqN, rqN uint32) (nic.QPConfig, e
 	if o.srq != nil {
 		cfg.SRQ = o.srq.srq
 	} else {
-		rq, err := ring.NewRecvQueue(ring.RQConfig{Mem: o.rqm.Bytes(), Entries: rqN, MaxSGE: cp.MaxRecvSGE,
+		rq, err := wq.NewRecvQueue(wq.RQConfig{Mem: o.rqm.Bytes(), Entries: rqN, MaxSGE: cp.MaxRecvSGE,
 			PageSize: shm.PageSize, OnCorrupt: onCorrupt})
 		if err != nil {
 			return nic.QPConfig{}, errf(syscall.EINVAL, "%v", err)

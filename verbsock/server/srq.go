@@ -8,6 +8,7 @@ import (
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
+	"github.com/vrnic/vrnicd/verbsock/ring/wq"
 	"github.com/vrnic/vrnicd/verbsock/shm"
 )
 
@@ -83,8 +84,8 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 }
 
 // srqRing is the daemon end of an SRQ's ring in m.
-func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*ring.RecvQueue, error) {
-	return ring.NewRecvQueue(ring.RQConfig{Mem: m.Bytes(), Entries: n, MaxSGE: maxSGE, PageSize: shm.PageSize,
+func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*wq.RecvQueue, error) {
+	return wq.NewRecvQueue(wq.RQConfig{Mem: m.Bytes(), Entries: n, MaxSGE: maxSGE, PageSize: shm.PageSize,
 		OnCorrupt: func(why string) {
 			c.log.Warn("client SRQ ring corrupt", "srq", h, "reason", why)
 			c.event(verbsock.EventMsg{Type: verbsock.EventSRQErr, Handle: h})
@@ -165,7 +166,7 @@ func (c *conn) resizeSRQ(r *verbsock.ResizeSRQReq, fds []int) (any, error) {
 
 // moveTo resizes the SRQ to n, moves what the old ring still holds into
 // it and switches to rq (in m), carrying over the WQEs the SRQ holds.
-func (o *srqObj) moveTo(rq *ring.RecvQueue, m *shm.Mapping, n uint32) (used uint32, err error) {
+func (o *srqObj) moveTo(rq *wq.RecvQueue, m *shm.Mapping, n uint32) (used uint32, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if held := o.srq.Len() + o.rq.Pending(); uint32(held) > n {

@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vrnic/vrnicd/transport/cm"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 )
 
 // Counter is one named counter.
@@ -210,7 +210,7 @@ func cmEntry(e *verbsock.CMEntry) CMEntry {
 		}
 		return netip.AddrFrom16(b).Unmap()
 	}
-	c := CMEntry{Listener: e.Kind == verbsock.CMEntryListen, State: cm.State(e.State).String(), Active: e.Active != 0,
+	c := CMEntry{Listener: e.Kind == verbsock.CMEntryListen, State: ibv.CMState(e.State).String(), Active: e.Active != 0,
 		LocalID: e.LocalID, RemoteID: e.RemoteID, ServiceID: e.ServiceID, Local: addr(e.Local), Peer: addr(e.Peer),
 		QPN: e.QPN, RemoteQPN: e.RemoteQPN, Owner: int(e.Owner)}
 	if c.Listener {

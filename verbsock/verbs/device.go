@@ -26,8 +26,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 	"golang.org/x/sys/unix"
 )
 
@@ -328,7 +328,7 @@ func (d *Device) AllocPD() (*PD, error) {
 }
 
 func (d *Device) lookupMR(lkey uint32) *MR {
-	if v, ok := d.mrs.Load(mem.KeyIndex(lkey)); ok {
+	if v, ok := d.mrs.Load(ibv.KeyIndex(lkey)); ok {
 		return v.(*MR)
 	}
 	return nil

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 	"github.com/vrnic/vrnicd/verbsock/shm"
 	"golang.org/x/sys/unix"
 )
@@ -126,7 +126,7 @@ func (pd *PD) RegMRRange(buf *Buffer, offset, length, iova uint64, access Access
 func (pd *PD) newMR(r *verbsock.RegMRResp, pieces [][]byte, iova, length uint64) *MR {
 	mr := &MR{d: pd.d, h: r.MR, pd: pd, pieces: pieces, iova: iova, length: length}
 	mr.key.Store(r.LKey)
-	pd.d.mrs.Store(mem.KeyIndex(r.LKey), mr)
+	pd.d.mrs.Store(ibv.KeyIndex(r.LKey), mr)
 	return mr
 }
 
@@ -244,7 +244,7 @@ func (mr *MR) Dereg() error {
 	if _, err := mr.d.call(verbsock.OpDeregMR, &verbsock.HandleReq{Handle: mr.h}, nil, &verbsock.Empty{}); err != nil {
 		return err
 	}
-	mr.d.mrs.CompareAndDelete(mem.KeyIndex(mr.LKey()), mr)
+	mr.d.mrs.CompareAndDelete(ibv.KeyIndex(mr.LKey()), mr)
 	return nil
 }
 

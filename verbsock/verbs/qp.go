@@ -6,9 +6,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/vrnic/vrnicd/transport"
-	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 	"github.com/vrnic/vrnicd/verbsock/ring"
 	"github.com/vrnic/vrnicd/verbsock/shm"
 	"golang.org/x/sys/unix"
@@ -321,7 +320,7 @@ func (q *QP) encodeSend(wr *SendWR) error {
 	if uint32(len(wr.SGL)) > c.MaxSendSGE {
 		return verr(op, syscall.EINVAL, "%d SGEs, max_send_sge is %d", len(wr.SGL), c.MaxSendSGE)
 	}
-	if !transport.OpcodeAllowed(q.attr.Type, wr.Opcode) {
+	if !ibv.OpcodeAllowed(q.attr.Type, wr.Opcode) {
 		return verr(op, syscall.EINVAL, "%v on a %v QP", wr.Opcode, q.attr.Type)
 	}
 	e := ring.SQE{WRID: wr.ID, Flags: wr.Flags, Opcode: wr.Opcode, SGL: wr.SGL, ImmData: wr.ImmData, RKey: wr.RKey,
@@ -361,7 +360,7 @@ func (q *QP) encodeSend(wr *SendWR) error {
 		}
 		key := r.Key
 		if key == 0 {
-			key = mem.NextKey(r.MR.LKey())
+			key = ibv.NextKey(r.MR.LKey())
 		}
 		e.RegKey, e.RegAccess, e.RegPageSize, e.RegIOVA, e.RegLength = key, uint32(r.Access), r.PageSize, r.IOVA, r.Length
 		if len(r.Pages) == 0 {
@@ -383,7 +382,7 @@ func (q *QP) encodeSend(wr *SendWR) error {
 		if b == nil || b.MW == nil || b.MR == nil {
 			return verr(op, syscall.EINVAL, "BIND_MW without binding")
 		}
-		nk := mem.NextKey(b.MW.RKey())
+		nk := ibv.NextKey(b.MW.RKey())
 		e.BindMWKey, e.BindMRKey, e.BindAddr, e.BindLength, e.BindAccess = nk, b.MR.LKey(), b.Addr, b.Length, uint32(b.Access)
 		after = func() { b.MW.rkey.Store(nk) }
 	}

@@ -5,34 +5,34 @@ import (
 	"net/netip"
 	"syscall"
 
-	"github.com/vrnic/vrnicd/transport"
-	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/verbsock"
+	"github.com/vrnic/vrnicd/verbsock/ibv"
 )
 
 // The client-visible vocabulary (attributes, work requests' parts,
-// completions, opcodes, access flags, states) is the engine's own, with
-// the ibverbs names and numbers: one definition (package transport and
-// transport/mem; verbsock for events and ports) that the engine, the
-// daemon's rings and server and this SDK share. Each alias below says what
-// its fields mean, so that go doc on this package is enough to use it.
+// completions, opcodes, access flags, states), with the ibverbs names and
+// numbers, is defined in package verbsock/ibv (verbsock for events and
+// ports): one definition, a leaf of no engine package, that the engine
+// (which aliases it), the daemon's rings and server and this SDK share.
+// Each alias below says what its fields mean, so that go doc on this
+// package is enough to use it.
 
 // QPType is enum ibv_qp_type: QPTypeRC (reliable connected), QPTypeUC
 // (unreliable connected) or QPTypeUD (unreliable datagram).
-type QPType = transport.QPType
+type QPType = ibv.QPType
 
 // QPState is enum ibv_qp_state, QPStateReset … QPStateErr: RESET, INIT,
 // RTR (ready to receive), RTS (ready to send), SQD (send queue drained),
 // SQE (send queue error), ERR.
-type QPState = transport.QPState
+type QPState = ibv.QPState
 
 // MTU is enum ibv_mtu, the path MTU: MTU256, MTU512, MTU1024, MTU2048,
 // MTU4096 (1 … 5); its Bytes method gives the size.
-type MTU = transport.MTU
+type MTU = ibv.MTU
 
 // AttrMask is enum ibv_qp_attr_mask: the QPAttr fields a ModifyQP sets,
 // one QPAttr* bit each (QPAttrState for State, QPAttrAV for AV, …).
-type AttrMask = transport.AttrMask
+type AttrMask = ibv.AttrMask
 
 // QPAttr is struct ibv_qp_attr: the attributes ModifyQP sets (those its
 // AttrMask names) and QueryQP reports.
@@ -58,7 +58,7 @@ type AttrMask = transport.AttrMask
 //     WCRNRRetryExcErr (0-7, 7 = infinite).
 //   - SQDrainNotify: post EventSQDrained when SQD has drained
 //     (QPAttrEnSQDAsyncNotify).
-type QPAttr = transport.QPAttr
+type QPAttr = ibv.QPAttr
 
 // QPCap is struct ibv_qp_cap, the queue sizes fixed at create time: what
 // QPInitAttr asks for, and what the QP has.
@@ -67,7 +67,7 @@ type QPAttr = transport.QPAttr
 //     completed); no receive WRs with an SRQ.
 //   - MaxSendSGE, MaxRecvSGE: SGEs in one send or receive WR.
 //   - MaxInlineData: the bytes a SendInline WR may carry.
-type QPCap = transport.QPCap
+type QPCap = ibv.QPCap
 
 // AHAttr is struct ibv_ah_attr with its grh, as RoCE uses it: where
 // packets go and how (CreateAH's argument, QPAttr.AV).
@@ -80,7 +80,7 @@ type QPCap = transport.QPCap
 //     traffic class or IPv4 TOS; FlowLabel: the IPv6 flow label (20 bits).
 //   - SL: the service level (RoCEv2 has no wire field for it); Port: the
 //     port (1).
-type AHAttr = transport.AddressVector
+type AHAttr = ibv.AHAttr
 
 // WC is struct ibv_wc, a work completion: one per signaled or failed send
 // WR, per receive WR consumed, and per WR flushed in the error state.
@@ -99,46 +99,46 @@ type AHAttr = transport.AddressVector
 //     vendor syndromes.
 //   - Solicited: the message asked for a solicited event (BTH SE), which
 //     a solicited-only notification waits for.
-type WC = transport.WC
+type WC = ibv.WC
 
 // WCStatus is enum ibv_wc_status: WCSuccess, or WCLocLenErr … WCGeneralErr
 // (String gives ibverbs' name, e.g. "RETRY_EXC_ERR").
-type WCStatus = transport.WCStatus
+type WCStatus = ibv.WCStatus
 
 // WCOpcode is enum ibv_wc_opcode: WCSend, WCRDMAWrite, WCRDMARead,
 // WCCompSwap, WCFetchAdd, WCBindMW, WCLocalInv, WCFlush, WCAtomicWrite,
 // WCRegMR for send WRs; WCRecv and WCRecvRDMAWithImm for receives.
-type WCOpcode = transport.WCOpcode
+type WCOpcode = ibv.WCOpcode
 
 // WCFlags is enum ibv_wc_flags: WCWithGRH (a UD receive: ByteLen counts a
 // GRH), WCWithImm (ImmData holds immediate data), WCWithInv (ImmData holds
 // the rkey the SEND invalidated).
-type WCFlags = transport.WCFlags
+type WCFlags = ibv.WCFlags
 
 // WROpcode is enum ibv_wr_opcode, a SendWR's Opcode: WRSend,
 // WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm,
 // WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd, WRAtomicWrite, WRFlush,
 // WRLocalInv, WRBindMW, WRRegMR. RC takes them all; UC no READ, atomics or
-// FLUSH; UD only the SENDs (transport.OpcodeAllowed).
-type WROpcode = transport.WROpcode
+// FLUSH; UD only the SENDs (ibv.OpcodeAllowed).
+type WROpcode = ibv.WROpcode
 
 // SendFlags is enum ibv_send_flags, a SendWR's Flags: SendFence (wait for
 // earlier READs and atomics), SendSignaled (complete with a WC even without
 // SQSigAll), SendSolicited (ask the receiver for a solicited event),
 // SendInline (the data travels in the WR).
-type SendFlags = transport.SendFlags
+type SendFlags = ibv.SendFlags
 
 // SGE is struct ibv_sge, one scatter/gather element: Length bytes at Addr
 // (in the MR's address space, its IOVA) in the MR whose local key is LKey.
-type SGE = transport.SGE
+type SGE = ibv.SGE
 
 // Access is enum ibv_access_flags, an MR's, MW's or QP's rights:
 // AccessLocalWrite, AccessRemoteWrite, AccessRemoteRead,
 // AccessRemoteAtomic, AccessMWBind, AccessZeroBased.
-type Access = mem.Access
+type Access = ibv.Access
 
 // MWType is enum ibv_mw_type: MWType1 or MWType2B.
-type MWType = mem.MWType
+type MWType = ibv.MWType
 
 // EventType is enum ibv_event_type, an AsyncEvent's type: EventCQErr …
 // EventGIDChange, and EventLost when events were dropped because the
@@ -167,119 +167,119 @@ type Error = verbsock.Error
 // opcodes and flags, access flags, MW types, async event types.
 const (
 	// QPType: IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD.
-	QPTypeRC = transport.QPTypeRC
-	QPTypeUC = transport.QPTypeUC
-	QPTypeUD = transport.QPTypeUD
+	QPTypeRC = ibv.QPTypeRC
+	QPTypeUC = ibv.QPTypeUC
+	QPTypeUD = ibv.QPTypeUD
 
 	// QPState: IBV_QPS_RESET … IBV_QPS_ERR.
-	QPStateReset = transport.StateReset
-	QPStateInit  = transport.StateInit
-	QPStateRTR   = transport.StateRTR
-	QPStateRTS   = transport.StateRTS
-	QPStateSQD   = transport.StateSQD
-	QPStateSQE   = transport.StateSQE
-	QPStateErr   = transport.StateErr
+	QPStateReset = ibv.QPStateReset
+	QPStateInit  = ibv.QPStateInit
+	QPStateRTR   = ibv.QPStateRTR
+	QPStateRTS   = ibv.QPStateRTS
+	QPStateSQD   = ibv.QPStateSQD
+	QPStateSQE   = ibv.QPStateSQE
+	QPStateErr   = ibv.QPStateErr
 
 	// MTU: IBV_MTU_256 … IBV_MTU_4096.
-	MTU256  = transport.MTU256
-	MTU512  = transport.MTU512
-	MTU1024 = transport.MTU1024
-	MTU2048 = transport.MTU2048
-	MTU4096 = transport.MTU4096
+	MTU256  = ibv.MTU256
+	MTU512  = ibv.MTU512
+	MTU1024 = ibv.MTU1024
+	MTU2048 = ibv.MTU2048
+	MTU4096 = ibv.MTU4096
 
 	// AttrMask: IBV_QP_STATE … IBV_QP_DEST_QPN, one a QPAttr field.
-	QPAttrState            = transport.AttrState
-	QPAttrCurState         = transport.AttrCurState
-	QPAttrEnSQDAsyncNotify = transport.AttrEnSQDAsyncNotify
-	QPAttrAccessFlags      = transport.AttrAccessFlags
-	QPAttrPKeyIndex        = transport.AttrPKeyIndex
-	QPAttrPort             = transport.AttrPort
-	QPAttrQKey             = transport.AttrQKey
-	QPAttrAV               = transport.AttrAV
-	QPAttrPathMTU          = transport.AttrPathMTU
-	QPAttrTimeout          = transport.AttrTimeout
-	QPAttrRetryCnt         = transport.AttrRetryCnt
-	QPAttrRNRRetry         = transport.AttrRNRRetry
-	QPAttrRQPSN            = transport.AttrRQPSN
-	QPAttrMaxQPRdAtomic    = transport.AttrMaxQPRdAtomic
-	QPAttrAltPath          = transport.AttrAltPath
-	QPAttrMinRNRTimer      = transport.AttrMinRNRTimer
-	QPAttrSQPSN            = transport.AttrSQPSN
-	QPAttrMaxDestRdAtomic  = transport.AttrMaxDestRdAtomic
-	QPAttrPathMigState     = transport.AttrPathMigState
-	QPAttrCap              = transport.AttrCap
-	QPAttrDestQPN          = transport.AttrDestQPN
+	QPAttrState            = ibv.QPAttrState
+	QPAttrCurState         = ibv.QPAttrCurState
+	QPAttrEnSQDAsyncNotify = ibv.QPAttrEnSQDAsyncNotify
+	QPAttrAccessFlags      = ibv.QPAttrAccessFlags
+	QPAttrPKeyIndex        = ibv.QPAttrPKeyIndex
+	QPAttrPort             = ibv.QPAttrPort
+	QPAttrQKey             = ibv.QPAttrQKey
+	QPAttrAV               = ibv.QPAttrAV
+	QPAttrPathMTU          = ibv.QPAttrPathMTU
+	QPAttrTimeout          = ibv.QPAttrTimeout
+	QPAttrRetryCnt         = ibv.QPAttrRetryCnt
+	QPAttrRNRRetry         = ibv.QPAttrRNRRetry
+	QPAttrRQPSN            = ibv.QPAttrRQPSN
+	QPAttrMaxQPRdAtomic    = ibv.QPAttrMaxQPRdAtomic
+	QPAttrAltPath          = ibv.QPAttrAltPath
+	QPAttrMinRNRTimer      = ibv.QPAttrMinRNRTimer
+	QPAttrSQPSN            = ibv.QPAttrSQPSN
+	QPAttrMaxDestRdAtomic  = ibv.QPAttrMaxDestRdAtomic
+	QPAttrPathMigState     = ibv.QPAttrPathMigState
+	QPAttrCap              = ibv.QPAttrCap
+	QPAttrDestQPN          = ibv.QPAttrDestQPN
 
 	// WROpcode: IBV_WR_*.
-	WRRDMAWrite        = transport.WRRDMAWrite
-	WRRDMAWriteWithImm = transport.WRRDMAWriteWithImm
-	WRSend             = transport.WRSend
-	WRSendWithImm      = transport.WRSendWithImm
-	WRRDMARead         = transport.WRRDMARead
-	WRAtomicCmpAndSwp  = transport.WRAtomicCmpAndSwp
-	WRAtomicFetchAdd   = transport.WRAtomicFetchAdd
-	WRLocalInv         = transport.WRLocalInv
-	WRBindMW           = transport.WRBindMW
-	WRSendWithInv      = transport.WRSendWithInv
-	WRFlush            = transport.WRFlush
-	WRAtomicWrite      = transport.WRAtomicWrite
-	WRRegMR            = transport.WRRegMR
+	WRRDMAWrite        = ibv.WRRDMAWrite
+	WRRDMAWriteWithImm = ibv.WRRDMAWriteWithImm
+	WRSend             = ibv.WRSend
+	WRSendWithImm      = ibv.WRSendWithImm
+	WRRDMARead         = ibv.WRRDMARead
+	WRAtomicCmpAndSwp  = ibv.WRAtomicCmpAndSwp
+	WRAtomicFetchAdd   = ibv.WRAtomicFetchAdd
+	WRLocalInv         = ibv.WRLocalInv
+	WRBindMW           = ibv.WRBindMW
+	WRSendWithInv      = ibv.WRSendWithInv
+	WRFlush            = ibv.WRFlush
+	WRAtomicWrite      = ibv.WRAtomicWrite
+	WRRegMR            = ibv.WRRegMR
 
 	// SendFlags: IBV_SEND_FENCE, _SIGNALED, _SOLICITED, _INLINE.
-	SendFence     = transport.SendFence
-	SendSignaled  = transport.SendSignaled
-	SendSolicited = transport.SendSolicited
-	SendInline    = transport.SendInline
+	SendFence     = ibv.SendFence
+	SendSignaled  = ibv.SendSignaled
+	SendSolicited = ibv.SendSolicited
+	SendInline    = ibv.SendInline
 
 	// WCStatus: IBV_WC_SUCCESS and the errors.
-	WCSuccess        = transport.WCSuccess
-	WCLocLenErr      = transport.WCLocLenErr
-	WCLocQPOpErr     = transport.WCLocQPOpErr
-	WCLocProtErr     = transport.WCLocProtErr
-	WCWRFlushErr     = transport.WCWRFlushErr
-	WCMWBindErr      = transport.WCMWBindErr
-	WCBadRespErr     = transport.WCBadRespErr
-	WCLocAccessErr   = transport.WCLocAccessErr
-	WCRemInvReqErr   = transport.WCRemInvReqErr
-	WCRemAccessErr   = transport.WCRemAccessErr
-	WCRemOpErr       = transport.WCRemOpErr
-	WCRetryExcErr    = transport.WCRetryExcErr
-	WCRNRRetryExcErr = transport.WCRNRRetryExcErr
-	WCRemAbortErr    = transport.WCRemAbortErr
-	WCFatalErr       = transport.WCFatalErr
-	WCRespTimeoutErr = transport.WCRespTimeoutErr
-	WCGeneralErr     = transport.WCGeneralErr
+	WCSuccess        = ibv.WCSuccess
+	WCLocLenErr      = ibv.WCLocLenErr
+	WCLocQPOpErr     = ibv.WCLocQPOpErr
+	WCLocProtErr     = ibv.WCLocProtErr
+	WCWRFlushErr     = ibv.WCWRFlushErr
+	WCMWBindErr      = ibv.WCMWBindErr
+	WCBadRespErr     = ibv.WCBadRespErr
+	WCLocAccessErr   = ibv.WCLocAccessErr
+	WCRemInvReqErr   = ibv.WCRemInvReqErr
+	WCRemAccessErr   = ibv.WCRemAccessErr
+	WCRemOpErr       = ibv.WCRemOpErr
+	WCRetryExcErr    = ibv.WCRetryExcErr
+	WCRNRRetryExcErr = ibv.WCRNRRetryExcErr
+	WCRemAbortErr    = ibv.WCRemAbortErr
+	WCFatalErr       = ibv.WCFatalErr
+	WCRespTimeoutErr = ibv.WCRespTimeoutErr
+	WCGeneralErr     = ibv.WCGeneralErr
 
 	// WCOpcode: IBV_WC_SEND … IBV_WC_RECV_RDMA_WITH_IMM.
-	WCSend            = transport.WCSend
-	WCRDMAWrite       = transport.WCRDMAWrite
-	WCRDMARead        = transport.WCRDMARead
-	WCCompSwap        = transport.WCCompSwap
-	WCFetchAdd        = transport.WCFetchAdd
-	WCBindMW          = transport.WCBindMW
-	WCLocalInv        = transport.WCLocalInv
-	WCFlush           = transport.WCFlush
-	WCAtomicWrite     = transport.WCAtomicWrite
-	WCRegMR           = transport.WCRegMR
-	WCRecv            = transport.WCRecv
-	WCRecvRDMAWithImm = transport.WCRecvRDMAWithImm
+	WCSend            = ibv.WCSend
+	WCRDMAWrite       = ibv.WCRDMAWrite
+	WCRDMARead        = ibv.WCRDMARead
+	WCCompSwap        = ibv.WCCompSwap
+	WCFetchAdd        = ibv.WCFetchAdd
+	WCBindMW          = ibv.WCBindMW
+	WCLocalInv        = ibv.WCLocalInv
+	WCFlush           = ibv.WCFlush
+	WCAtomicWrite     = ibv.WCAtomicWrite
+	WCRegMR           = ibv.WCRegMR
+	WCRecv            = ibv.WCRecv
+	WCRecvRDMAWithImm = ibv.WCRecvRDMAWithImm
 
 	// WCFlags: IBV_WC_GRH, IBV_WC_WITH_IMM, IBV_WC_WITH_INV.
-	WCWithGRH = transport.WCWithGRH
-	WCWithImm = transport.WCWithImm
-	WCWithInv = transport.WCWithInv
+	WCWithGRH = ibv.WCWithGRH
+	WCWithImm = ibv.WCWithImm
+	WCWithInv = ibv.WCWithInv
 
 	// Access: IBV_ACCESS_LOCAL_WRITE … IBV_ACCESS_ZERO_BASED.
-	AccessLocalWrite   = mem.LocalWrite
-	AccessRemoteWrite  = mem.RemoteWrite
-	AccessRemoteRead   = mem.RemoteRead
-	AccessRemoteAtomic = mem.RemoteAtomic
-	AccessMWBind       = mem.MWBind
-	AccessZeroBased    = mem.ZeroBased
+	AccessLocalWrite   = ibv.AccessLocalWrite
+	AccessRemoteWrite  = ibv.AccessRemoteWrite
+	AccessRemoteRead   = ibv.AccessRemoteRead
+	AccessRemoteAtomic = ibv.AccessRemoteAtomic
+	AccessMWBind       = ibv.AccessMWBind
+	AccessZeroBased    = ibv.AccessZeroBased
 
 	// MWType: IBV_MW_TYPE_1, IBV_MW_TYPE_2 (type 2B).
-	MWType1  = mem.MWType1
-	MWType2B = mem.MWType2B
+	MWType1  = ibv.MWType1
+	MWType2B = ibv.MWType2B
 
 	// EventType: IBV_EVENT_*, and EventLost (vrnicd's own).
 	EventCQErr       = verbsock.EventCQErr

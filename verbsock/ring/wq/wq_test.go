@@ -1,15 +1,15 @@
-package ring
+package wq
 
 import (
 	"bytes"
 	"math"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
+	"github.com/vrnic/vrnicd/verbsock/ring"
 )
 
 const page = 4096
@@ -36,11 +36,11 @@ func newRes() *fakeRes {
 }
 
 // sq returns a producer and the daemon's SendQueue over one (heap) ring.
-func sq(t testing.TB, entries, maxSGE, maxInline uint32, onCorrupt func(string)) (*Producer, *SendQueue, []byte) {
+func sq(t testing.TB, entries, maxSGE, maxInline uint32, onCorrupt func(string)) (*ring.Producer, *SendQueue, []byte) {
 	t.Helper()
-	es := SQEntrySize(maxSGE, maxInline)
-	m := make([]byte, Bytes(entries, es, page))
-	p, err := NewProducer(m, KindSQ, entries, es, page)
+	es := ring.SQEntrySize(maxSGE, maxInline)
+	m := make([]byte, ring.Bytes(entries, es, page))
+	p, err := ring.NewProducer(m, ring.KindSQ, entries, es, page)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,13 +52,13 @@ func sq(t testing.TB, entries, maxSGE, maxInline uint32, onCorrupt func(string))
 	return p, q, m
 }
 
-func post(t testing.TB, p *Producer, e *SQE, maxSGE, maxInline uint32) bool {
+func post(t testing.TB, p *ring.Producer, e *ring.SQE, maxSGE, maxInline uint32) bool {
 	t.Helper()
 	b := p.Next()
 	if b == nil {
 		t.Fatal("ring full")
 	}
-	if err := PutSQE(b, e, maxSGE, maxInline); err != nil {
+	if err := ring.PutSQE(b, e, maxSGE, maxInline); err != nil {
 		t.Fatal(err)
 	}
 	return p.Publish()
@@ -67,34 +67,34 @@ func post(t testing.TB, p *Producer, e *SQE, maxSGE, maxInline uint32) bool {
 func TestSQERoundTrip(t *testing.T) {
 	cases := []struct {
 		name string
-		e    SQE
+		e    ring.SQE
 		want transport.SendWR
 	}{
-		{"send", SQE{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+		{"send", ring.SQE{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
 			SGL: []transport.SGE{{Addr: 0x1000, Length: 64, LKey: 0x105}, {Addr: 0x2000, Length: 8, LKey: 0x105}}},
 			transport.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
 				SGL: []transport.SGE{{Addr: 0x1000, Length: 64, LKey: 0x105}, {Addr: 0x2000, Length: 8, LKey: 0x105}}}},
-		{"write imm", SQE{WRID: 2, Opcode: transport.WRRDMAWriteWithImm, ImmData: 0xdeadbeef, RKey: 0x207,
+		{"write imm", ring.SQE{WRID: 2, Opcode: transport.WRRDMAWriteWithImm, ImmData: 0xdeadbeef, RKey: 0x207,
 			RemoteAddr: 0x9000, SGL: []transport.SGE{{Addr: 0x10, Length: 16, LKey: 1}}},
 			transport.SendWR{ID: 2, Opcode: transport.WRRDMAWriteWithImm, ImmData: 0xdeadbeef, RKey: 0x207,
 				RemoteAddr: 0x9000, SGL: []transport.SGE{{Addr: 0x10, Length: 16, LKey: 1}}}},
-		{"cas", SQE{WRID: 3, Opcode: transport.WRAtomicCmpAndSwp, CompareAdd: 5, Swap: 6, RKey: 9, RemoteAddr: 64,
+		{"cas", ring.SQE{WRID: 3, Opcode: transport.WRAtomicCmpAndSwp, CompareAdd: 5, Swap: 6, RKey: 9, RemoteAddr: 64,
 			SGL: []transport.SGE{{Addr: 0x10, Length: 8, LKey: 1}}},
 			transport.SendWR{ID: 3, Opcode: transport.WRAtomicCmpAndSwp, CompareAdd: 5, Swap: 6, RKey: 9, RemoteAddr: 64,
 				SGL: []transport.SGE{{Addr: 0x10, Length: 8, LKey: 1}}}},
-		{"inline", SQE{WRID: 4, Opcode: transport.WRSend, Flags: transport.SendInline, Inline: []byte("hello, rdma")},
+		{"inline", ring.SQE{WRID: 4, Opcode: transport.WRSend, Flags: transport.SendInline, Inline: []byte("hello, rdma")},
 			transport.SendWR{ID: 4, Opcode: transport.WRSend, Flags: transport.SendInline, Inline: []byte("hello, rdma")}},
-		{"ud", SQE{WRID: 5, Opcode: transport.WRSendWithImm, AH: 7, RemoteQPN: 0x12, RemoteQKey: 0x11111111,
+		{"ud", ring.SQE{WRID: 5, Opcode: transport.WRSendWithImm, AH: 7, RemoteQPN: 0x12, RemoteQKey: 0x11111111,
 			SGL: []transport.SGE{{Addr: 1, Length: 1, LKey: 1}}},
 			transport.SendWR{ID: 5, Opcode: transport.WRSendWithImm, RemoteQPN: 0x12, RemoteQKey: 0x11111111,
 				SGL: []transport.SGE{{Addr: 1, Length: 1, LKey: 1}}}},
-		{"local inv", SQE{WRID: 6, Opcode: transport.WRLocalInv, ImmData: 0x1234},
+		{"local inv", ring.SQE{WRID: 6, Opcode: transport.WRLocalInv, ImmData: 0x1234},
 			transport.SendWR{ID: 6, Opcode: transport.WRLocalInv, ImmData: 0x1234, SGL: []transport.SGE{}}},
-		{"bind", SQE{WRID: 7, Opcode: transport.WRBindMW, BindMWKey: 0x80000101, BindMRKey: 0x105, BindAddr: 0x1000,
+		{"bind", ring.SQE{WRID: 7, Opcode: transport.WRBindMW, BindMWKey: 0x80000101, BindMRKey: 0x105, BindAddr: 0x1000,
 			BindLength: 4096, BindAccess: uint32(mem.RemoteRead)},
 			transport.SendWR{ID: 7, Opcode: transport.WRBindMW, Bind: &transport.BindMWWR{MWKey: 0x80000101, MRKey: 0x105,
 				Addr: 0x1000, Length: 4096, Access: mem.RemoteRead}}},
-		{"flush", SQE{WRID: 8, Opcode: transport.WRFlush, FlushType: 1, FlushLevel: 2, RKey: 4, RemoteAddr: 8},
+		{"flush", ring.SQE{WRID: 8, Opcode: transport.WRFlush, FlushType: 1, FlushLevel: 2, RKey: 4, RemoteAddr: 8},
 			transport.SendWR{ID: 8, Opcode: transport.WRFlush, FlushType: 1, FlushLevel: 2, RKey: 4, RemoteAddr: 8, SGL: []transport.SGE{}}},
 	}
 	for _, c := range cases {
@@ -143,10 +143,10 @@ func sameWR(a, b *transport.SendWR) bool {
 
 func TestRegMRDecode(t *testing.T) {
 	p, q, _ := sq(t, 4, 2, 64, nil)
-	post(t, p, &SQE{WRID: 1, Opcode: transport.WRRegMR, RegKey: 0x1ff, RegAccess: uint32(mem.LocalWrite),
+	post(t, p, &ring.SQE{WRID: 1, Opcode: transport.WRRegMR, RegKey: 0x1ff, RegAccess: uint32(mem.LocalWrite),
 		RegPageSize: 4096, RegMem: 3, RegIOVA: 0x10100, RegLength: 8192, RegMemOffset: 4096}, 2, 64)
-	post(t, p, &SQE{WRID: 2, Opcode: transport.WRRegMR, RegKey: 0x1ff, RegPageSize: 4096, RegIOVA: 0, RegLength: 8192,
-		RegPages: []PageRef{{Mem: 3, Offset: 8192}, {Mem: 3, Offset: 0}}}, 2, 64)
+	post(t, p, &ring.SQE{WRID: 2, Opcode: transport.WRRegMR, RegKey: 0x1ff, RegPageSize: 4096, RegIOVA: 0, RegLength: 8192,
+		RegPages: []ring.PageRef{{Mem: 3, Offset: 8192}, {Mem: 3, Offset: 0}}}, 2, 64)
 	var wr transport.SendWR
 	if !q.Peek(&wr) || wr.Fault != 0 || wr.RegMR == nil {
 		t.Fatalf("contiguous REG_MR: %+v", wr)
@@ -169,34 +169,34 @@ func TestSQEValidation(t *testing.T) {
 	cases := []struct {
 		name string
 		edit func(b []byte)
-		e    SQE
+		e    ring.SQE
 		want transport.WCStatus
 	}{
-		{"unknown opcode", nil, SQE{Opcode: 99}, transport.WCLocQPOpErr},
-		{"unknown flag", nil, SQE{Opcode: transport.WRSend, Flags: 1 << 10}, transport.WCLocQPOpErr},
-		{"num_sge over max", func(b []byte) { b[sqeNumSGE] = 3 }, SQE{Opcode: transport.WRSend}, transport.WCLocQPOpErr},
-		{"num_sge 255", func(b []byte) { b[sqeNumSGE] = 255 }, SQE{Opcode: transport.WRSend}, transport.WCLocQPOpErr},
-		{"inline over max", func(b []byte) { le.PutUint16(b[sqeInlineLen:], 65) },
-			SQE{Opcode: transport.WRSend, Flags: transport.SendInline}, transport.WCLocLenErr},
-		{"sge wraps", nil, SQE{Opcode: transport.WRSend, SGL: sge(math.MaxUint64-10, 100)}, transport.WCLocProtErr},
-		{"message over 2^31", nil, SQE{Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: 0, Length: 1 << 31, LKey: 1},
+		{"unknown opcode", nil, ring.SQE{Opcode: 99}, transport.WCLocQPOpErr},
+		{"unknown flag", nil, ring.SQE{Opcode: transport.WRSend, Flags: 1 << 10}, transport.WCLocQPOpErr},
+		{"num_sge over max", func(b []byte) { b[ring.SQENumSGE] = 3 }, ring.SQE{Opcode: transport.WRSend}, transport.WCLocQPOpErr},
+		{"num_sge 255", func(b []byte) { b[ring.SQENumSGE] = 255 }, ring.SQE{Opcode: transport.WRSend}, transport.WCLocQPOpErr},
+		{"inline over max", func(b []byte) { le.PutUint16(b[ring.SQEInlineLen:], 65) },
+			ring.SQE{Opcode: transport.WRSend, Flags: transport.SendInline}, transport.WCLocLenErr},
+		{"sge wraps", nil, ring.SQE{Opcode: transport.WRSend, SGL: sge(math.MaxUint64-10, 100)}, transport.WCLocProtErr},
+		{"message over 2^31", nil, ring.SQE{Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: 0, Length: 1 << 31, LKey: 1},
 			{Addr: 0, Length: 1, LKey: 1}}}, transport.WCLocLenErr},
-		{"remote range wraps", nil, SQE{Opcode: transport.WRRDMAWrite, RemoteAddr: math.MaxUint64 - 3, SGL: sge(0, 64)},
+		{"remote range wraps", nil, ring.SQE{Opcode: transport.WRRDMAWrite, RemoteAddr: math.MaxUint64 - 3, SGL: sge(0, 64)},
 			transport.WCLocQPOpErr},
-		{"bad AH", nil, SQE{Opcode: transport.WRSend, AH: 99, SGL: sge(0, 1)}, transport.WCLocQPOpErr},
-		{"AH of another PD", nil, SQE{Opcode: transport.WRSend, AH: 8, SGL: sge(0, 1)}, transport.WCLocQPOpErr},
-		{"UD QPN over 24 bits", nil, SQE{Opcode: transport.WRSend, AH: 7, RemoteQPN: 1 << 24}, transport.WCLocQPOpErr},
-		{"REG_MR page size 3", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 3, RegLength: 1, RegMem: 3}, transport.WCLocQPOpErr},
-		{"REG_MR page size 2^31", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 1 << 31, RegLength: 1, RegMem: 3}, transport.WCLocQPOpErr},
-		{"REG_MR too many pages", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 8, RegLength: 65 * 8, RegMem: 3}, transport.WCLocQPOpErr},
-		{"REG_MR iova wraps", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegIOVA: math.MaxUint64, RegLength: 2, RegMem: 3}, transport.WCLocQPOpErr},
-		{"REG_MR bad mem", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 1, RegMem: 4}, transport.WCLocQPOpErr},
-		{"REG_MR zero length", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 0, RegMem: 3}, transport.WCLocQPOpErr},
-		{"REG_MR page list over area", func(b []byte) { le.PutUint16(b[sqeNumPages:], 5) },
-			SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 1}, transport.WCLocQPOpErr},
-		{"REG_MR page list bad mem", nil, SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 1,
-			RegPages: []PageRef{{Mem: 77}}}, transport.WCLocQPOpErr},
-		{"BIND_MW wraps", nil, SQE{Opcode: transport.WRBindMW, BindAddr: math.MaxUint64, BindLength: 2}, transport.WCMWBindErr},
+		{"bad AH", nil, ring.SQE{Opcode: transport.WRSend, AH: 99, SGL: sge(0, 1)}, transport.WCLocQPOpErr},
+		{"AH of another PD", nil, ring.SQE{Opcode: transport.WRSend, AH: 8, SGL: sge(0, 1)}, transport.WCLocQPOpErr},
+		{"UD QPN over 24 bits", nil, ring.SQE{Opcode: transport.WRSend, AH: 7, RemoteQPN: 1 << 24}, transport.WCLocQPOpErr},
+		{"REG_MR page size 3", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 3, RegLength: 1, RegMem: 3}, transport.WCLocQPOpErr},
+		{"REG_MR page size 2^31", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 1 << 31, RegLength: 1, RegMem: 3}, transport.WCLocQPOpErr},
+		{"REG_MR too many pages", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 8, RegLength: 65 * 8, RegMem: 3}, transport.WCLocQPOpErr},
+		{"REG_MR iova wraps", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegIOVA: math.MaxUint64, RegLength: 2, RegMem: 3}, transport.WCLocQPOpErr},
+		{"REG_MR bad mem", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 1, RegMem: 4}, transport.WCLocQPOpErr},
+		{"REG_MR zero length", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 0, RegMem: 3}, transport.WCLocQPOpErr},
+		{"REG_MR page list over area", func(b []byte) { le.PutUint16(b[ring.SQENumPages:], 5) },
+			ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 1}, transport.WCLocQPOpErr},
+		{"REG_MR page list bad mem", nil, ring.SQE{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 1,
+			RegPages: []ring.PageRef{{Mem: 77}}}, transport.WCLocQPOpErr},
+		{"BIND_MW wraps", nil, ring.SQE{Opcode: transport.WRBindMW, BindAddr: math.MaxUint64, BindLength: 2}, transport.WCMWBindErr},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -204,7 +204,7 @@ func TestSQEValidation(t *testing.T) {
 			c.e.WRID = 0xabc
 			c.e.Flags |= transport.SendSignaled
 			b := p.Next()
-			if err := PutSQE(b, &c.e, 2, 64); err != nil {
+			if err := ring.PutSQE(b, &c.e, 2, 64); err != nil {
 				t.Fatal(err)
 			}
 			if c.edit != nil {
@@ -231,12 +231,12 @@ func TestSQEValidation(t *testing.T) {
 // The entry is read once: changing it after Peek changes nothing.
 func TestSQENoDoubleFetch(t *testing.T) {
 	p, q, m := sq(t, 4, 2, 64, nil)
-	post(t, p, &SQE{WRID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: 8, Length: 8, LKey: 1}}}, 2, 64)
+	post(t, p, &ring.SQE{WRID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: 8, Length: 8, LKey: 1}}}, 2, 64)
 	var wr transport.SendWR
 	q.Peek(&wr)
-	off := HeaderSize
-	m[off+sqeNumSGE] = 200
-	le.PutUint64(m[off+SQEDescSize:], math.MaxUint64)
+	off := ring.HeaderSize
+	m[off+ring.SQENumSGE] = 200
+	le.PutUint64(m[off+ring.SQEDescSize:], math.MaxUint64)
 	var wr2 transport.SendWR
 	q.Peek(&wr2)
 	if wr2.Fault != 0 || len(wr2.SGL) != 1 || wr2.SGL[0].Addr != 8 {
@@ -247,7 +247,7 @@ func TestSQENoDoubleFetch(t *testing.T) {
 func TestDoorbellArming(t *testing.T) {
 	p, q, _ := sq(t, 4, 1, 0, nil)
 	var wr transport.SendWR
-	e := &SQE{Opcode: transport.WRSend}
+	e := &ring.SQE{Opcode: transport.WRSend}
 	if !post(t, p, e, 1, 0) {
 		t.Fatal("first publish to a fresh (idle) consumer did not ask for the doorbell")
 	}
@@ -344,9 +344,9 @@ func TestCorruptProducerIndex(t *testing.T) {
 }
 
 func TestRQEDecodeAndPoison(t *testing.T) {
-	es := RQEntrySize(2)
-	m := make([]byte, Bytes(8, es, page))
-	p, err := NewProducer(m, KindRQ, 8, es, page)
+	es := ring.RQEntrySize(2)
+	m := make([]byte, ring.Bytes(8, es, page))
+	p, err := ring.NewProducer(m, ring.KindRQ, 8, es, page)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,12 +354,12 @@ func TestRQEDecodeAndPoison(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = PutRQE(p.Next(), 11, []transport.SGE{{Addr: 0x100, Length: 64, LKey: 5}}, 2)
+	_ = ring.PutRQE(p.Next(), 11, []transport.SGE{{Addr: 0x100, Length: 64, LKey: 5}}, 2)
 	b := p.Next()
-	_ = PutRQE(b, 12, nil, 2)
-	le.PutUint32(b[rqeNumSGE:], 3) // over max_recv_sge
-	_ = PutRQE(p.Next(), 13, []transport.SGE{{Addr: math.MaxUint64, Length: 2, LKey: 5}}, 2)
-	_ = PutRQE(p.Next(), 14, nil, 2)
+	_ = ring.PutRQE(b, 12, nil, 2)
+	le.PutUint32(b[ring.RQENumSGE:], 3) // over max_recv_sge
+	_ = ring.PutRQE(p.Next(), 13, []transport.SGE{{Addr: math.MaxUint64, Length: 2, LKey: 5}}, 2)
+	_ = ring.PutRQE(p.Next(), 14, nil, 2)
 	p.Publish()
 	var wr transport.RecvWR
 	want := []struct {
@@ -375,131 +375,6 @@ func TestRQEDecodeAndPoison(t *testing.T) {
 			t.Fatalf("WR %d: got %+v", w.id, wr)
 		}
 		q.Consume()
-	}
-}
-
-func newCQPair(t testing.TB, entries uint32, signal func(), onErr func(string)) (*CQ, *CQReader, []byte) {
-	t.Helper()
-	m := make([]byte, Bytes(entries, CQESize, page))
-	r, err := NewCQReader(m, entries, page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewCQ(CQConfig{Mem: m, Entries: entries, PageSize: page, Signal: signal, OnError: onErr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, r, m
-}
-
-func TestCQPushPollOverflow(t *testing.T) {
-	var errs []string
-	c, r, _ := newCQPair(t, 4, nil, func(s string) { errs = append(errs, s) })
-	for i := range 4 {
-		if !c.Push(&transport.WC{WRID: uint64(i), Status: transport.WCSuccess, ByteLen: 64, QPN: 0x11, Opcode: transport.WCRecv,
-			Flags: transport.WCWithImm, ImmData: 0x01020304, SrcQP: 9, VendorErr: 1, PKeyIndex: 0}) {
-			t.Fatalf("push %d failed", i)
-		}
-	}
-	if c.Push(&transport.WC{WRID: 99}) {
-		t.Fatal("push into a full CQ succeeded")
-	}
-	if len(errs) != 1 {
-		t.Fatalf("overflow reported %d times", len(errs))
-	}
-	out := make([]transport.WC, 8)
-	n := r.Poll(out)
-	if n != 4 {
-		t.Fatalf("polled %d, want 4", n)
-	}
-	for i, wc := range out[:n] {
-		if wc.WRID != uint64(i) || wc.ByteLen != 64 || wc.QPN != 0x11 || wc.ImmData != 0x01020304 || wc.Flags != transport.WCWithImm ||
-			wc.SrcQP != 9 || wc.Opcode != transport.WCRecv || wc.VendorErr != 1 {
-			t.Fatalf("wc %d = %+v", i, wc)
-		}
-	}
-	if c.Push(&transport.WC{}) {
-		t.Fatal("a CQ in error accepted a completion")
-	}
-}
-
-func TestCQCorruptConsumerIndex(t *testing.T) {
-	var why string
-	c, _, m := newCQPair(t, 4, nil, func(s string) { why = s })
-	storeCons(m, 1000) // ahead of every completion ever written
-	if c.Push(&transport.WC{}) || why == "" {
-		t.Fatal("impossible consumer index not caught")
-	}
-}
-
-func TestCQNotify(t *testing.T) {
-	var fired atomic.Int32
-	c, r, _ := newCQPair(t, 16, func() { fired.Add(1) }, nil)
-	c.Push(&transport.WC{})
-	if fired.Load() != 0 {
-		t.Fatal("event without arming")
-	}
-	r.Arm(false)
-	c.Push(&transport.WC{})
-	c.Push(&transport.WC{})
-	if fired.Load() != 1 {
-		t.Fatalf("%d events for one arming", fired.Load())
-	}
-	r.Arm(true)
-	c.Push(&transport.WC{Opcode: transport.WCSend}) // successful send: not solicited
-	if fired.Load() != 1 {
-		t.Fatal("solicited-only arming fired on a successful send completion")
-	}
-	c.Push(&transport.WC{Opcode: transport.WCSend, Status: transport.WCRemAccessErr})
-	if fired.Load() != 2 {
-		t.Fatal("solicited-only arming did not fire on an error completion")
-	}
-	r.Arm(true)
-	c.Push(&transport.WC{Opcode: transport.WCRecv}) // a receive without SE
-	if fired.Load() != 2 {
-		t.Fatal("solicited-only arming fired on an unsolicited receive")
-	}
-	c.Push(&transport.WC{Opcode: transport.WCRecv, Solicited: true})
-	if fired.Load() != 3 {
-		t.Fatal("solicited-only arming did not fire on a solicited receive")
-	}
-	c.Arm(false) // daemon-side arming (socket req_notify_cq)
-	c.Push(&transport.WC{})
-	if fired.Load() != 4 {
-		t.Fatal("daemon-side arming did not fire")
-	}
-}
-
-func TestCQResize(t *testing.T) {
-	c, r, _ := newCQPair(t, 4, nil, nil)
-	for i := range 4 {
-		c.Push(&transport.WC{WRID: uint64(i)})
-	}
-	out := make([]transport.WC, 1)
-	r.Poll(out) // 1 polled, 3 waiting
-	small := make([]byte, Bytes(2, CQESize, page))
-	if err := c.Resize(small, 2, page); err == nil {
-		t.Fatal("resize below the waiting completions succeeded")
-	}
-	big := make([]byte, Bytes(16, CQESize, page))
-	r2, _ := NewCQReader(big, 16, page)
-	if err := c.Resize(big, 16, page); err != nil {
-		t.Fatal(err)
-	}
-	for i := 4; i < 14; i++ {
-		if !c.Push(&transport.WC{WRID: uint64(i)}) {
-			t.Fatalf("push %d after resize failed", i)
-		}
-	}
-	all := make([]transport.WC, 32)
-	n := r2.Poll(all)
-	if n != 13 {
-		t.Fatalf("polled %d after resize, want 13", n)
-	}
-	for i, wc := range all[:n] {
-		if wc.WRID != uint64(i+1) {
-			t.Fatalf("order after resize: %d at %d", wc.WRID, i)
-		}
 	}
 }
 
@@ -542,7 +417,7 @@ func TestSPSCConcurrent(t *testing.T) {
 			time.Sleep(time.Microsecond)
 			continue
 		}
-		_ = PutSQE(b, &SQE{WRID: i, Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: i, Length: 1, LKey: 1}, {Addr: i * 2, Length: 1, LKey: 1}}}, 2, 32)
+		_ = ring.PutSQE(b, &ring.SQE{WRID: i, Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: i, Length: 1, LKey: 1}, {Addr: i * 2, Length: 1, LKey: 1}}}, 2, 32)
 		i++
 		if i%7 == 0 || i == total {
 			if p.Publish() {
@@ -562,7 +437,7 @@ func TestStalled(t *testing.T) {
 	if q.Stalled(&last) {
 		t.Fatal("empty ring stalled")
 	}
-	post(t, p, &SQE{Opcode: transport.WRSend}, 1, 0)
+	post(t, p, &ring.SQE{Opcode: transport.WRSend}, 1, 0)
 	var wr transport.SendWR
 	q.Peek(&wr) // handed out, the engine refuses it: not consumed
 	if q.Stalled(&last) {
@@ -575,7 +450,7 @@ func TestStalled(t *testing.T) {
 	if q.Stalled(&last) {
 		t.Fatal("stalled after Consume")
 	}
-	post(t, p, &SQE{Opcode: transport.WRSend}, 1, 0)
+	post(t, p, &ring.SQE{Opcode: transport.WRSend}, 1, 0)
 	q.Peek(&wr)
 	if q.Stalled(&last) {
 		t.Fatal("a new entry counted as the old one")

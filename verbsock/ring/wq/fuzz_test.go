@@ -1,30 +1,31 @@
-package ring
+package wq
 
 import (
 	"testing"
 
 	"github.com/vrnic/vrnicd/transport"
+	"github.com/vrnic/vrnicd/verbsock/ring"
 )
 
 // FuzzDecodeSQE feeds arbitrary bytes as an SQE under arbitrary caps: the
 // decoder never panics, and a WR it passes as well-formed is within every
 // limit the engine relies on.
 func FuzzDecodeSQE(f *testing.F) {
-	for _, e := range []SQE{
+	for _, e := range []ring.SQE{
 		{WRID: 1, Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: 1, Length: 2, LKey: 3}}},
 		{Opcode: transport.WRSend, Flags: transport.SendInline, Inline: []byte("abc")},
 		{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 100, RegMem: 3},
-		{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 100, RegPages: []PageRef{{Mem: 3}}},
+		{Opcode: transport.WRRegMR, RegPageSize: 4096, RegLength: 100, RegPages: []ring.PageRef{{Mem: 3}}},
 		{Opcode: transport.WRBindMW, BindLength: 5},
 		{Opcode: transport.WRSend, AH: 7, RemoteQPN: 5},
 	} {
-		b := make([]byte, SQEntrySize(4, 64))
-		_ = PutSQE(b, &e, 4, 64)
+		b := make([]byte, ring.SQEntrySize(4, 64))
+		_ = ring.PutSQE(b, &e, 4, 64)
 		f.Add(b, uint8(4), uint16(64))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, maxSGE uint8, maxInline uint16) {
 		ms, mi := uint32(maxSGE%33), uint32(maxInline%1025)
-		b := make([]byte, SQEntrySize(ms, mi))
+		b := make([]byte, ring.SQEntrySize(ms, mi))
 		copy(b, raw)
 		cfg := &SQConfig{MaxSGE: ms, MaxInline: mi, MaxPages: 64, PD: 1, Resolver: newRes()}
 		var wr transport.SendWR
@@ -69,12 +70,12 @@ func FuzzDecodeSQE(f *testing.F) {
 // FuzzDecodeRQE: never panics; a passed WR is within max_recv_sge and its
 // SGEs do not wrap.
 func FuzzDecodeRQE(f *testing.F) {
-	b := make([]byte, RQEntrySize(4))
-	_ = PutRQE(b, 9, []transport.SGE{{Addr: 1, Length: 2, LKey: 3}}, 4)
+	b := make([]byte, ring.RQEntrySize(4))
+	_ = ring.PutRQE(b, 9, []transport.SGE{{Addr: 1, Length: 2, LKey: 3}}, 4)
 	f.Add(b, uint8(4))
 	f.Fuzz(func(t *testing.T, raw []byte, maxSGE uint8) {
 		ms := uint32(maxSGE % 33)
-		b := make([]byte, RQEntrySize(ms))
+		b := make([]byte, ring.RQEntrySize(ms))
 		copy(b, raw)
 		var wr transport.RecvWR
 		sgl := make([]transport.SGE, max(ms, 1))
@@ -104,7 +105,12 @@ func FuzzRingIndices(f *testing.F) {
 	f.Add(uint64(1<<63), uint64(5), uint64(0), uint64(1<<40), uint8(7))
 	f.Fuzz(func(t *testing.T, prod1, prod2, cons1, cons2 uint64, ops uint8) {
 		_, q, m := sq(t, 8, 1, 0, nil)
-		c, _, cm := newCQPair(t, 8, func() {}, nil)
+		cm := make([]byte, ring.Bytes(8, ring.CQESize, page))
+		ring.InitHeader(cm, ring.KindCQ, 8, ring.CQESize)
+		c, err := ring.NewCQ(ring.CQConfig{Mem: cm, Entries: 8, PageSize: page, Signal: func() {}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var wr transport.SendWR
 		for i := range int(ops%16) + 1 {
 			switch i % 4 {
