@@ -69,7 +69,7 @@ ifeq ($(CABI_HAVE_HDRS)$(if $(IBVERBS_SYS),yes),yesyes)
 cabi-sanitize: $(CABI_SAN_OUT)/lib/libibverbs.so.1
 	VRNIC_CABI_IBVERBS=$(CURDIR)/$(CABI_SAN_OUT)/lib/libibverbs.so.1 \
 	VRNIC_CABI_PRELOAD="$$($(CC) -print-file-name=libasan.so):$$($(CC) -print-file-name=libubsan.so)" \
-		$(GO) test -count=1 -run 'Pingpong|Perftest|DaemonGone|Pyverbs|Mixed|Devinfo|VerbsCoverage|Rdmacm' ./cabi/
+		$(GO) test -count=1 -run 'Pingpong|Perftest|DaemonGone|Pyverbs|Mixed|Devinfo|VerbsCoverage|Rdmacm|McastVerbs|MckeyDropin' ./cabi/
 else
 cabi-sanitize:
 	@echo "cabi-sanitize: skipped: the drop-in libibverbs cannot be built here (make deps)"
