@@ -187,18 +187,24 @@ func TestTimerVerdictCountsRetryExceeded(t *testing.T) {
 		name               string
 		b                  *bed
 		rto, exceeded      uint64
+		goBacks            uint64
 		episodes, timeouts int
 		ok                 bool
 	}{
-		{"impaired: 7 retries and the give-up on each of two QPs", impaired, 16, 2, 14, 14, true},
-		{"impaired: a counted timeout the capture lacks", impaired, 16, 1, 14, 14, false},
-		{"impaired: retries of other kinds beside the timeouts", impaired, 3, 0, 5, 1, true},
-		{"clean: timeouts and one give-up", clean, 4, 1, 3, 3, true},
-		{"clean: a timeout the capture lacks", clean, 5, 1, 3, 3, false},
-		{"clean: a give-up counted as a retry", clean, 4, 0, 3, 3, false},
+		{"impaired: 7 retries and the give-up on each of two QPs", impaired, 16, 2, 0, 14, 14, true},
+		{"impaired: a counted timeout the capture lacks", impaired, 16, 1, 0, 14, 14, false},
+		{"impaired: retries of other kinds beside the timeouts", impaired, 3, 0, 0, 5, 1, true},
+		{"clean: timeouts and one give-up", clean, 4, 1, 0, 3, 3, true},
+		{"clean: a timeout the capture lacks", clean, 5, 1, 0, 3, 3, false},
+		{"clean: a give-up counted as a retry", clean, 4, 0, 0, 3, 3, false},
+		// A loss probe's go-back late in the timer's span looks like a
+		// timeout on the wire; the daemon counted it as a go-back.
+		{"clean: a late go-back the capture reads as a timeout", clean, 0, 0, 1, 1, 1, true},
+		{"clean: a capture timeout no counter explains", clean, 0, 0, 0, 1, 1, false},
+		{"clean: an early timer hidden among go-backs", clean, 2, 0, 5, 1, 1, false},
 	} {
 		ev := caseEvidence{rep: retryReport{episodes: tc.episodes, timeouts: tc.timeouts}}
-		msg := tc.b.timerVerdict(tc.rto, tc.exceeded, ev)
+		msg := tc.b.timerVerdict(tc.rto, tc.exceeded, tc.goBacks, ev)
 		if (msg == "") != tc.ok {
 			t.Errorf("%s: verdict %q, want ok=%v", tc.name, msg, tc.ok)
 		}

@@ -211,6 +211,7 @@ func (d *dropin) once(t *testing.T, r *row, c dropinCase, kernelServer bool) (lo
 	}
 	rto := after["retransmit_timeouts"] - before["retransmit_timeouts"]
 	exceeded := after["retry_exceeded_err"] - before["retry_exceeded_err"]
+	goBacks := after["completer_retry_err"] - before["completer_retry_err"]
 	replays := after["local_op_replays"] - before["local_op_replays"]
 	time.Sleep(50 * time.Millisecond) // the captures' last frames
 	ev := d.evidence(t, mark, markV, drops)
@@ -243,7 +244,7 @@ func (d *dropin) once(t *testing.T, r *row, c dropinCase, kernelServer bool) (lo
 		r.fail(t, "local_op_replays went up by %d (must stay 0)", replays)
 		return
 	}
-	if msg := d.timerVerdict(rto, exceeded, ev); msg != "" {
+	if msg := d.timerVerdict(rto, exceeded, goBacks, ev); msg != "" {
 		r.fail(t, "%s\n%s\n%s\n%s", msg, ev.String(t), kern, ours)
 		return
 	}
