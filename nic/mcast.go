@@ -298,5 +298,17 @@ func (d *Device) mcastInput(on *worker, pkt *wire.Packet, tp, iphdr []byte, src,
 // hasGroup reports whether a QP of the device is attached to g: its own
 // multicast sends then loop back to them too.
 func (d *Device) hasGroup(g [16]byte) bool {
+	if !isMcastBytes(&g) {
+		return false // the unicast send path pays no map lookup
+	}
 	return len(d.mcast.load()[gid.GID(g)]) > 0
+}
+
+// isMcastBytes is IsMulticastGID on the raw bytes, without building an
+// address: ff00::/8, or ::ffff:224.0.0.0/100.
+func isMcastBytes(g *[16]byte) bool {
+	if g[0] == 0xff {
+		return true
+	}
+	return g[10] == 0xff && g[11] == 0xff && g[12]&0xf0 == 0xe0 && [10]byte(g[:10]) == [10]byte{}
 }
