@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/vrnic/vrnicd/verbsock"
 	"io"
 	"net/netip"
 	"time"
@@ -196,7 +197,7 @@ func (t *test) transfer(ctx context.Context) {
 		t.printf("initiating data transfers\n")
 		for _, n := range t.nodes {
 			if err := t.postSends(n); err != nil {
-				t.printf("failed to post sends: %d\n", errnoOf(err))
+				t.printf("failed to post sends: %d\n", int(verbsock.ErrnoOf(err)))
 				return
 			}
 		}
@@ -204,7 +205,7 @@ func (t *test) transfer(ctx context.Context) {
 		t.printf("receiving data transfers\n")
 		if err := t.pollCQs(ctx); err != nil {
 			if ctx.Err() == nil {
-				t.printf("mckey: failed polling CQ: %d\n", errnoOf(err))
+				t.printf("mckey: failed polling CQ: %d\n", int(verbsock.ErrnoOf(err)))
 			}
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vrnic/vrnicd/verbsock"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -30,8 +31,8 @@ func (t *test) addrHandler(n *node) int {
 	}
 	if !t.cfg.sender {
 		if err := t.postRecvs(n); err != nil {
-			t.printf("failed to post receives: %d\n", errnoOf(err))
-			return errnoOf(err)
+			t.printf("failed to post receives: %d\n", int(verbsock.ErrnoOf(err)))
+			return int(verbsock.ErrnoOf(err))
 		}
 	}
 	if err := t.join(n); err != nil {
@@ -47,7 +48,7 @@ func (t *test) addrHandler(n *node) int {
 func (t *test) verifyParams() int {
 	p, err := t.dev.QueryPort(1)
 	if err != nil {
-		return errnoOf(err)
+		return int(verbsock.ErrnoOf(err))
 	}
 	if mtu := verbs.MTU(p.ActiveMTU).Bytes(); t.count > 0 && t.cfg.size > mtu {
 		t.printf("mckey: message_size %d is larger than active mtu %d\n", t.cfg.size, mtu)
@@ -125,8 +126,8 @@ func (t *test) joinHandler(n *node) int {
 	g := n.group
 	if !g.SendOnly {
 		if err := n.qp.AttachMcast(g.MGID); err != nil {
-			t.printf("mckey: event: RDMA_CM_EVENT_MULTICAST_ERROR, error: %d\n", -errnoOf(err))
-			return -errnoOf(err)
+			t.printf("mckey: event: RDMA_CM_EVENT_MULTICAST_ERROR, error: %d\n", -int(verbsock.ErrnoOf(err)))
+			return -int(verbsock.ErrnoOf(err))
 		}
 		n.attached = true
 	}
@@ -253,16 +254,6 @@ func (t *test) destroy() {
 	if t.dev != nil {
 		_ = t.dev.Close()
 	}
-}
-
-// errnoOf is the errno err carries (EINVAL if none), as the verbs calls
-// return it.
-func errnoOf(err error) int {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return int(e)
-	}
-	return int(syscall.EINVAL)
 }
 
 // strerror is glibc's text for err's errno ("Unknown error 524" for one
