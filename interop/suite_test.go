@@ -368,7 +368,7 @@ func (b *bed) runCaseOnce(t *testing.T, r *row, c caseSpec, g gidKind, kernelSer
 		return
 	}
 	fig, by, err := checkOutputs(c, kern, ours, kernelServer)
-	r.figure = fig.String()
+	r.figure, r.fig = fig.String(), fig
 	if by != "" {
 		r.figure += " (" + by + ")"
 	}
@@ -669,6 +669,7 @@ type row struct {
 	gid            string
 	result         string // PASS, FAIL, SKIP
 	figure, note   string
+	fig            figure // the parsed figure of a PASS (the loss table's ratios)
 	secs           float64
 	why            string // a failure's message, for the digest that ends the log
 }
@@ -751,6 +752,7 @@ func printSummary() {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", pr.bed, pr.name, pr.mtu, dash(cells["kernel-server"]), dash(cells["kernel-client"]), dash(cells["vrnicd-vrnicd"]))
 	}
 	w.Flush()
+	printLossTable()
 	var reasons []string
 	for _, r := range summary {
 		if r.result == "FAIL" && r.why != "" {
@@ -764,6 +766,37 @@ func printSummary() {
 	for _, l := range reasons {
 		fmt.Println("=== FAILED " + l)
 	}
+}
+
+// lossBeds pairs each impaired bed with the clean bed of its MTU.
+var lossBeds = [][2]string{{"impaired", "link1500"}, {"impaired9000", "link9000"}}
+
+// printLossTable writes each bandwidth case of the impaired beds beside the
+// same case, direction and GID on the clean bed of the same run: the
+// guest is slow, so the figures are small, but the ratio of the same pair
+// with and without the impairment carries over.
+func printLossTable() {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	header := false
+	for _, lb := range lossBeds {
+		for _, r := range summary {
+			if r.bed != lb[0] || r.result != "PASS" || r.fig.kind != "bw" {
+				continue
+			}
+			for _, c := range summary {
+				if c.bed != lb[1] || c.name != r.name || c.dir != r.dir || c.gid != r.gid || c.result != "PASS" || c.fig.a <= 0 {
+					continue
+				}
+				if !header {
+					fmt.Fprintf(w, "\n=== loss: %.0f %% loss and %.0f %% reordering of RoCEv2 frames each way against the same bed unimpaired (MB/s), same run\n", impairLoss*100, impairReorder*100)
+					fmt.Fprintln(w, "bed\ttest\tdirection\tGID\timpaired\tclean\tratio\tnotes")
+					header = true
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\n", r.bed, r.name, r.dir, r.gid, r.fig.a, c.fig.a, r.fig.a/c.fig.a, r.note)
+			}
+		}
+	}
+	w.Flush()
 }
 
 func dash(s string) string {

@@ -25,7 +25,11 @@
 # Knobs: D (seconds per bandwidth run, 3), LAT_ITERS (2000), LB_D (seconds
 # per link sample, 1), LB_N (link samples, 3), PROFILE_DIR (if set, the
 # daemons of the 9000-byte raw runs write CPU profiles there, one pair per
-# figure: vrnicd-A-raw.write_lat.pprof is the client side's daemon).
+# figure: vrnicd-A-raw.write_lat.pprof is the client side's daemon),
+# ONLY=loss (only the loss runs), LOSS_ROUNDS (1: the loss runs that many
+# times over, each round its own lossless reference, for the spread of the
+# ratios), LOSS_PM (per mille each way, "1 10 50"; 0, the reference, is
+# always run).
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +39,10 @@ LAT_ITERS=${LAT_ITERS:-2000}
 LB_D=${LB_D:-1}
 LB_N=${LB_N:-3}
 PROFILE_DIR=${PROFILE_DIR:-}
+ONLY=${ONLY:-}
+LOSS_ROUNDS=${LOSS_ROUNDS:-1}
+LOSS_PM=${LOSS_PM:-1 10 50}
+case $ONLY in "" | loss) ;; *) echo "perf: ONLY=$ONLY: only ONLY=loss is known" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "perf: needs root (network namespaces, TAP, AF_PACKET)" >&2; exit 1; }
 for b in vrnicd vrnicctl vrnic-perf vrnic-linkbench; do
 	[ -x "$BIN/$b" ] || { echo "perf: $BIN/$b missing (run make perf)" >&2; exit 1; }
@@ -408,6 +416,7 @@ loss_off() {
 step "network: $A (vpA 192.0.2.1) <-veth MTU 9000-> $B (vpB 192.0.2.2); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 net_up
 
+if [ -z "$ONLY" ]; then
 link_9000 before
 step "link alone, MTU 9000: other receive paths (for the new datapath; not in the ratios)"
 lb_bw link.recvmmsg.wm4096 write_middle 4096 --rx-mode recvmmsg
@@ -457,27 +466,37 @@ perf raw1500.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
 perf raw1500.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
 stop_daemons
 set_mtu 9000
+fi
 
 step "0, 0.1, 1 and 5 % of RoCE frames dropped each way (a bridge between the daemons, nftables netdev egress on its ports), raw-mode daemons, MTU 9000"
 if command -v nft >/dev/null && loss_on 0; then
-	for pm in 0 1 10 50; do
-		loss_set "$pm"
-		echo "-- $pm per mille each way"
+	# Each test runs at each share back to back on the same daemons, the
+	# lossless reference first: the machine's drift between a reference and
+	# its lossy run is seconds, not minutes.
+	for r in $(seq "$LOSS_ROUNDS"); do
 		start_raw
-		# shellcheck disable=SC2046
-		perf loss$pm.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
-		# shellcheck disable=SC2046
-		perf loss$pm.read_bw.q1 read_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
-		# shellcheck disable=SC2046
-		perf loss$pm.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
-		perf loss$pm.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
-		if [ "$pm" = 10 ]; then
-			# The same with a 1 ms retransmit timeout instead of perftest's
-			# 67 ms (-u 14): what is left of waiting for timeouts.
+		for t in write_bw read_bw send_bw write_lat; do
+			for pm in 0 $LOSS_PM; do
+				loss_set "$pm"
+				echo "-- $pm per mille each way (round $r of $LOSS_ROUNDS)"
+				case $t in
+				# shellcheck disable=SC2046
+				write_bw | read_bw) perf loss$pm.r$r.$t.q1 $t 192.0.2.2 $(bw_args -s 65536 -q 1) ;;
+				# shellcheck disable=SC2046
+				send_bw) perf loss$pm.r$r.$t.q1 $t 192.0.2.2 $(bw_args -s 64 -q 1) ;;
+				write_lat) perf loss$pm.r$r.$t $t 192.0.2.2 -s 8 -n "$LAT_ITERS" ;;
+				esac
+				loss_report
+			done
+		done
+		if [[ " $LOSS_PM " == *" 10 "* ]]; then
+			# 1 % with a 1 ms retransmit timeout instead of perftest's 67 ms
+			# (-u 14): what is left of waiting for timeouts.
+			loss_set 10
 			# shellcheck disable=SC2046
-			perf loss$pm.write_bw.u8 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1 -u 8)
+			perf loss10.r$r.write_bw.u8 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1 -u 8)
+			loss_report
 		fi
-		loss_report
 		stop_daemons
 	done
 	loss_off
@@ -486,6 +505,7 @@ else
 	loss_off
 fi
 
+if [ -z "$ONLY" ]; then
 step "TAP-mode daemons, each TAP bridged to its veth end, MTU 9000"
 tap_pair
 # shellcheck disable=SC2046
@@ -494,6 +514,7 @@ perf tap.write_bw.q1 write_bw 192.0.2.2 $(bw_args -s 65536 -q 1)
 perf tap.send_bw.q1 send_bw 192.0.2.2 $(bw_args -s 64 -q 1)
 perf tap.write_lat write_lat 192.0.2.2 -s 8 -n "$LAT_ITERS"
 stop_daemons
+fi
 
 # --- the table ------------------------------------------------------------
 
@@ -520,8 +541,30 @@ row() { # NAME FIGURE UNIT LINK-FIGURE LINK-WHAT
 	printf '%-34s %12s %-8s %12s  %-7s %s\n' "$1" "${2:--}" "$3" "${4:--}" "$ratio" "$5"
 }
 
+# lossrow NAME PERMILLE KEY UNIT REF-WHAT [REF-KEY]: the lossy figure beside
+# the same round's lossless one (REF-KEY, default KEY); over several rounds
+# the medians, and the ratio as the median of the rounds' ratios with its
+# range.
+lossrow() {
+	local r fig=() ref=() ratios=() m1 m2 mr
+	for r in $(seq "$LOSS_ROUNDS"); do
+		local f=${R[loss$2.r$r.$3]:-} g=${R[loss0.r$r.${6:-$3}]:-}
+		[ -n "$f" ] && fig+=("$f")
+		[ -n "$g" ] && ref+=("$g")
+		[ -n "$f" ] && [ -n "$g" ] && ratios+=("$(awk -v a="$f" -v b="$g" 'BEGIN { if (b > 0) printf "%.3f", a / b }')")
+	done
+	median() { [ $# -gt 0 ] || return 0; printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+	m1=$(median "${fig[@]}") m2=$(median "${ref[@]}") mr=$(median "${ratios[@]}")
+	local spread=""
+	if [ "${#ratios[@]}" -gt 1 ]; then
+		spread=" [$(printf '%s\n' "${ratios[@]}" | sort -g | sed -n '1p;$p' | paste -sd-)] of ${#ratios[@]} rounds"
+	fi
+	printf '%-34s %12s %-8s %12s  %-7s %s%s\n' "$1" "${m1:--}" "$4" "${m2:--}" "${mr:--}" "$5" "$spread"
+}
+
 step "summary (ratio = vrnicd ÷ link; for latency above 1 is slower)"
 printf '%-34s %12s %-8s %12s  %-7s %s\n' "run" "vrnicd" "unit" "link" "ratio" "link figure"
+if [ -z "$ONLY" ]; then
 lk() { printf '%s B frames' "${R[$1.frame]:-?}"; }
 echo "-- link alone, MTU 9000: before / after the daemon runs"
 printf '%-34s %12s %-8s %12s\n' "4096 B WRITE MIDDLE payload" "${R[link.before.wm4096.gbps]:--}" "Gb/s" "${R[link.after.wm4096.gbps]:--}"
@@ -569,19 +612,22 @@ echo "-- raw-mode daemons, MTU 1500 (RoCE MTU 1024)"
 row "write_bw 64 KiB, 1 QP" "${R[raw1500.write_bw.q1]:-}" "Gb/s" "$L15_WM" "payload Gb/s, $(lk link.1500.wm1024)"
 row "send_bw 64 B, 1 QP" "${R[raw1500.send_bw.q1.mpps]:-}" "M msg/s" "$L15_SO" "Mpps, $(lk link.1500.so64)"
 row "write_lat 8 B (t_typical)" "${R[raw1500.write_lat]:-}" "us" "$L_WO8" "median half RTT at MTU 9000"
+fi
 echo "-- raw-mode daemons, MTU 9000, through a bridge dropping a share each way (reference: the same bridge dropping nothing)"
-for pm in 1 10 50; do
+for pm in $LOSS_PM; do
 	pct=$(awk -v p="$pm" 'BEGIN { printf "%g %%", p / 10 }')
-	row "$pct: write_bw 64 KiB" "${R[loss$pm.write_bw.q1]:-}" "Gb/s" "${R[loss0.write_bw.q1]:-}" "lossless write_bw"
-	row "$pct: read_bw 64 KiB" "${R[loss$pm.read_bw.q1]:-}" "Gb/s" "${R[loss0.read_bw.q1]:-}" "lossless read_bw"
-	row "$pct: send_bw 64 B" "${R[loss$pm.send_bw.q1.mpps]:-}" "M msg/s" "${R[loss0.send_bw.q1.mpps]:-}" "lossless send_bw"
-	row "$pct: write_lat 8 B p99" "${R[loss$pm.write_lat.p99]:-}" "us" "${R[loss0.write_lat.p99]:-}" "lossless p99"
-	row "$pct: write_lat 8 B t_max" "${R[loss$pm.write_lat.max]:-}" "us" "${R[loss0.write_lat.max]:-}" "lossless t_max"
+	lossrow "$pct: write_bw 64 KiB" "$pm" write_bw.q1 "Gb/s" "lossless write_bw"
+	lossrow "$pct: read_bw 64 KiB" "$pm" read_bw.q1 "Gb/s" "lossless read_bw"
+	lossrow "$pct: send_bw 64 B" "$pm" send_bw.q1.mpps "M msg/s" "lossless send_bw"
+	lossrow "$pct: write_lat 8 B p99" "$pm" write_lat.p99 "us" "lossless p99"
+	lossrow "$pct: write_lat 8 B t_max" "$pm" write_lat.max "us" "lossless t_max"
 done
-row "1 %: write_bw, -u 8 (1 ms timeout)" "${R[loss10.write_bw.u8]:-}" "Gb/s" "${R[loss0.write_bw.q1]:-}" "lossless write_bw"
+lossrow "1 %: write_bw, -u 8 (1 ms timeout)" 10 write_bw.u8 "Gb/s" "lossless write_bw" write_bw.q1
+if [ -z "$ONLY" ]; then
 echo "-- TAP-mode daemons over bridges, MTU 9000 (link figures: the bare veth)"
 row "write_bw 64 KiB, 1 QP" "${R[tap.write_bw.q1]:-}" "Gb/s" "$L_WM" "veth payload Gb/s"
 row "send_bw 64 B, 1 QP" "${R[tap.send_bw.q1.mpps]:-}" "M msg/s" "$L_SO" "veth Mpps"
 row "write_lat 8 B (t_typical)" "${R[tap.write_lat]:-}" "us" "$L_WO8" "veth median half RTT"
+fi
 echo
 echo "perf: done"
