@@ -31,5 +31,5 @@ func (d *Device) loopback(tp []byte, src, dst gid.GID, tclass, hop uint8, sport 
 		copy(iphdr[8:24], src[:])
 		copy(iphdr[24:40], dst[:])
 	}
-	d.ingress(nil, tp, iphdr, src, dst, sport)
+	d.receive(nil, tp, iphdr, src, dst, sport)
 }
