@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/interop/rxepeer"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -147,7 +148,7 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 		t.Errorf("ICRC of the kernel's packet: %v", err)
 	}
 	var p wire.Packet
-	if err := p.Parse(ip[wire.IPv4HeaderLen+wire.UDPHeaderLen:]); err != nil {
+	if err := p.Parse(ip[header.IPv4HeaderLen+header.UDPHeaderLen:]); err != nil {
 		t.Fatalf("parsing the kernel's packet: %v", err)
 	}
 	if op := p.BTH.Opcode(); op != wire.UDSendOnly {
@@ -167,7 +168,7 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 	_ = udp.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if m, _, err := udp.ReadFromUDP(buf); err != nil {
 		t.Errorf("UDP socket on 4791: %v", err)
-	} else if !bytes.Equal(buf[:m], ip[wire.IPv4HeaderLen+wire.UDPHeaderLen:]) {
+	} else if !bytes.Equal(buf[:m], ip[header.IPv4HeaderLen+header.UDPHeaderLen:]) {
 		t.Errorf("UDP socket got a different datagram than the capture")
 	}
 
@@ -185,17 +186,17 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 func udSendFrame(t *testing.T, src, dst net.HardwareAddr, sip, dip netip.Addr, f *wire.PacketFields) []byte {
 	t.Helper()
 	tl := f.EncodedLen()
-	frame := make([]byte, 14+wire.IPv4HeaderLen+wire.UDPHeaderLen+tl)
+	frame := make([]byte, 14+header.IPv4HeaderLen+header.UDPHeaderLen+tl)
 	copy(frame[0:], dst)
 	copy(frame[6:], src)
 	binary.BigEndian.PutUint16(frame[12:], 0x0800)
 	ip := frame[14:]
-	wire.IPv4(ip).Encode(&wire.IPv4Fields{TotalLen: uint16(len(ip)), ID: 0x2a2a, Flags: wire.IPv4DontFragment,
-		TTL: 64, Protocol: wire.IPProtoUDP, Src: sip.As4(), Dst: dip.As4()})
-	wire.UDP(ip[wire.IPv4HeaderLen:]).Encode(0xc0de, wire.RoCEv2Port, uint16(wire.UDPHeaderLen+tl)) // source port: any
-	udp := ip[wire.IPv4HeaderLen:]
+	header.IPv4(ip).Encode(&header.IPv4Fields{TotalLen: uint16(len(ip)), ID: 0x2a2a, Flags: header.IPv4DontFragment,
+		TTL: 64, Protocol: header.IPProtoUDP, Src: sip.As4(), Dst: dip.As4()})
+	header.UDP(ip[header.IPv4HeaderLen:]).Encode(0xc0de, wire.RoCEv2Port, uint16(header.UDPHeaderLen+tl)) // source port: any
+	udp := ip[header.IPv4HeaderLen:]
 	// UDP checksum 0: none (RoCEv2 relies on the ICRC; kernel rxe sends 0 too).
-	if n := f.Encode(udp[wire.UDPHeaderLen:]); n != tl {
+	if n := f.Encode(udp[header.UDPHeaderLen:]); n != tl {
 		t.Fatalf("PacketFields.Encode wrote %d bytes, want %d", n, tl)
 	}
 	if err := wire.PutICRC(ip); err != nil {
@@ -206,13 +207,13 @@ func udSendFrame(t *testing.T, src, dst net.HardwareAddr, sip, dip netip.Addr, f
 
 // isRoCEFrom: an IPv4 UDP frame from src to port 4791.
 func isRoCEFrom(f []byte, src netip.Addr) bool {
-	if len(f) < 14+wire.IPv4HeaderLen+wire.UDPHeaderLen || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
+	if len(f) < 14+header.IPv4HeaderLen+header.UDPHeaderLen || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
 		return false
 	}
 	ip := f[14:]
 	s := src.As4()
 	return ip[0] == 0x45 && ip[9] == 17 && bytes.Equal(ip[12:16], s[:]) &&
-		binary.BigEndian.Uint16(ip[wire.IPv4HeaderLen+2:]) == wire.RoCEv2Port
+		binary.BigEndian.Uint16(ip[header.IPv4HeaderLen+2:]) == wire.RoCEv2Port
 }
 
 // TestImpairedGuest boots a guest behind rxepeer's user-space impairment

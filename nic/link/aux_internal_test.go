@@ -3,7 +3,7 @@ package link
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/header"
 	"net/netip"
 	"testing"
 
@@ -36,7 +36,7 @@ func udpFrame(v6 bool, payload []byte, partial uint16) []byte {
 		ip[8], ip[9] = 64, 17
 		copy(ip[12:], []byte{192, 0, 2, 1})
 		copy(ip[16:], []byte{192, 0, 2, 2})
-		binary.BigEndian.PutUint16(ip[10:], wire.Checksum(ip))
+		binary.BigEndian.PutUint16(ip[10:], header.Checksum(ip))
 	}
 	f := make([]byte, 14, 14+len(ip)+len(udp))
 	binary.BigEndian.PutUint16(f[12:], etype)
@@ -55,7 +55,7 @@ func udpChecksumOK(t *testing.T, f []byte) bool {
 	} else {
 		src, dst, udp = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])), ip[20:]
 	}
-	return binary.BigEndian.Uint16(udp[6:]) != 0 && wire.L4Checksum(src, dst, 17, udp) == 0
+	return binary.BigEndian.Uint16(udp[6:]) != 0 && header.L4Checksum(src, dst, 17, udp) == 0
 }
 
 func TestKeepFramesFinishesPartialChecksums(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/header"
 	"net"
 	"net/netip"
 	"testing"
@@ -142,7 +142,7 @@ func roceProbe(v6 bool, proto uint8, dport uint16, frag uint16, payload ...byte)
 	p[8] = 64
 	p[9] = proto
 	copy(p[12:], []byte{192, 0, 2, 1, 192, 0, 2, 2})
-	binary.BigEndian.PutUint16(p[10:], wire.Checksum(p[:20]))
+	binary.BigEndian.PutUint16(p[10:], header.Checksum(p[:20]))
 	binary.BigEndian.PutUint16(p[20+2:], dport)
 	binary.BigEndian.PutUint16(p[20+4:], uint16(8+len(payload)))
 	p = append(p, payload...)
@@ -375,7 +375,7 @@ func TestRawFinishesLocalSendersChecksums(t *testing.T) {
 		if !bytes.Equal(udp[8:], payload) {
 			t.Fatalf("%s: payload %x", dst, udp[8:])
 		}
-		if binary.BigEndian.Uint16(udp[6:]) == 0 || wire.L4Checksum(src, to, 17, udp) != 0 {
+		if binary.BigEndian.Uint16(udp[6:]) == 0 || header.L4Checksum(src, to, 17, udp) != 0 {
 			t.Errorf("%s: UDP checksum %#04x does not verify", dst, binary.BigEndian.Uint16(udp[6:]))
 		}
 	}

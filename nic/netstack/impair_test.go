@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -59,7 +60,7 @@ func fromPeer(t *testing.T, f []byte) []byte {
 	copy(ip[12:16], peerV4.AsSlice())
 	copy(ip[16:20], myV4.AsSlice())
 	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:], wire.Checksum(ip[:20]))
+	binary.BigEndian.PutUint16(ip[10:], header.Checksum(ip[:20]))
 	if err := wire.PutICRC(ip[:binary.BigEndian.Uint16(ip[2:])]); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestImpairSent(t *testing.T) {
 	h.sendN(1, 0x11)
 	f := h.next()
 	ip := f[14:]
-	if wire.VerifyICRC(ip[:binary.BigEndian.Uint16(ip[2:])]) == nil && wire.Checksum(ip[:20]) == 0 {
+	if wire.VerifyICRC(ip[:binary.BigEndian.Uint16(ip[2:])]) == nil && header.Checksum(ip[:20]) == 0 {
 		t.Error("corrupted frame still checks")
 	}
 	if _, on := h.st.Impairment(); !on {

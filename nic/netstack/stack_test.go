@@ -10,6 +10,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -333,7 +334,7 @@ func TestSendMatchesKernelRxe(t *testing.T) {
 	wip := want[14:]
 	wip[4], wip[5] = 0, 0
 	wip[10], wip[11] = 0, 0
-	binary.BigEndian.PutUint16(wip[10:], wire.Checksum(wip[:20]))
+	binary.BigEndian.PutUint16(wip[10:], header.Checksum(wip[:20]))
 	if err := wire.PutICRC(wip); err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +351,7 @@ func TestSendMatchesKernelRxe(t *testing.T) {
 		t.Fatalf("frame differs from kernel rxe's:\n got % x\nwant % x", got, want)
 	}
 	ip := decode(got).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-	if ip.Flags != layers.IPv4DontFragment || ip.Id != 0 || ip.TTL != gip[8] || ip.IHL != 5 || wire.Checksum(got[14:34]) != 0 {
+	if ip.Flags != layers.IPv4DontFragment || ip.Id != 0 || ip.TTL != gip[8] || ip.IHL != 5 || header.Checksum(got[14:34]) != 0 {
 		t.Fatalf("IPv4 header %+v", ip)
 	}
 	if u := decode(got).Layer(layers.LayerTypeUDP).(*layers.UDP); u.Checksum != 0 || int(u.Length) != 8+len(tp) {
