@@ -1,6 +1,6 @@
 // Package header holds the link- and network-level wire formats around
 // RoCEv2, as gVisor's header package does: zero-allocation views over
-// []byte of the IPv4, IPv6, UDP, ICMP and ICMPv6 headers,
+// []byte of the Ethernet, ARP, IPv4, IPv6, UDP, ICMP and ICMPv6 headers,
 // and the Internet checksum (RFC 1071) with the pseudo-header sums.
 // The device's network stack (nic/netstack), its links and the test
 // networks build and read frames with them; the RoCEv2 transport headers

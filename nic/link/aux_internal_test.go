@@ -3,11 +3,12 @@ package link
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/vrnic/vrnicd/header"
 	"net/netip"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // udpFrame builds an untagged Ethernet frame with UDP to port 4791 whose
@@ -119,7 +120,7 @@ func TestFinishUDPChecksumIgnoresMalformed(t *testing.T) {
 		"short IPv6":       good[:14+39],
 		"length too big":   func() []byte { g := bytes.Clone(good); g[14+4] = 0xff; return g }(),
 		"not UDP":          func() []byte { g := bytes.Clone(good); g[14+6] = 6; return g }(),
-		"ARP":              func() []byte { g := bytes.Clone(good); g[12], g[13] = 0x08, 0x06; return g }(),
+		"ARP":              func() []byte { g := bytes.Clone(good); header.Ethernet(g).SetType(header.EtherTypeARP); return g }(),
 		"IPv4 bad IHL":     func() []byte { g := udpFrame(false, nil, 1); g[14] = 0x41; return g }(),
 		"IPv4 short UDP":   func() []byte { g := udpFrame(false, nil, 1); binary.BigEndian.PutUint16(g[16:], 24); return g }(),
 		"IPv4 total > len": func() []byte { g := udpFrame(false, nil, 1); binary.BigEndian.PutUint16(g[16:], 900); return g }(),

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/vrnic/vrnicd/header"
 	"net"
 	"net/netip"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/net/bpf"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 )
@@ -158,7 +158,9 @@ func TestRoCEFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arp := frame(make(net.HardwareAddr, 6), make(net.HardwareAddr, 6), 0x0806, make([]byte, 28))
+	am := make([]byte, header.ARPLen)
+	header.ARP(am).Encode(&header.ARPFields{Op: header.ARPRequest, SenderIP: [4]byte{192, 0, 2, 1}, TargetIP: [4]byte{192, 0, 2, 2}})
+	arp := frame(make(net.HardwareAddr, 6), make(net.HardwareAddr, 6), header.EtherTypeARP, am)
 	for _, tc := range []struct {
 		name string
 		f    []byte

@@ -14,22 +14,17 @@ const minFrame = 60 // Ethernet minimum without FCS
 var broadcastMAC = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 func (s *Stack) ethHeader(f []byte, dst [6]byte, etype uint16) {
-	copy(f[0:6], dst[:])
-	copy(f[6:12], s.mac[:])
-	be.PutUint16(f[12:], etype)
+	header.Ethernet(f).Encode(dst, s.mac, etype)
 }
 
 // arpInput handles an ARP packet (RFC 826, with Linux's learning rules).
 func (s *Stack) arpInput(f []byte) {
-	a := f[link.EthernetHeaderLen:]
-	if len(a) < 28 || be.Uint16(a[0:]) != 1 || be.Uint16(a[2:]) != 0x0800 || a[4] != 6 || a[5] != 4 {
+	a := header.ARP(f[link.EthernetHeaderLen:])
+	if !a.IsIPv4OverEthernet() {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	op := be.Uint16(a[6:])
-	sha := [6]byte(a[8:14])
-	spa := netip.AddrFrom4([4]byte(a[14:18]))
-	tpa := netip.AddrFrom4([4]byte(a[24:28]))
+	sha, spa, tpa := a.SenderMAC(), a.SenderIP(), a.TargetIP()
 	if sha[0]&1 != 0 || sha == s.mac {
 		s.ctr.Malformed.Add(1)
 		return
@@ -37,8 +32,8 @@ func (s *Stack) arpInput(f []byte) {
 	set := s.addrs.Load()
 	mine := set.has(tpa)
 	learn := spa.IsValid() && !spa.IsUnspecified() && !set.has(spa)
-	switch op {
-	case 1:
+	switch a.Op() {
+	case header.ARPRequest:
 		if !mine {
 			if learn { // refresh an existing entry only
 				s.neigh.setState(spa, sha, nStale, false)
@@ -51,19 +46,13 @@ func (s *Stack) arpInput(f []byte) {
 			s.neigh.setState(spa, sha, nStale, true)
 		}
 		r := make([]byte, minFrame)
-		s.ethHeader(r, sha, 0x0806)
-		p := r[link.EthernetHeaderLen:]
-		be.PutUint16(p[0:], 1)
-		be.PutUint16(p[2:], 0x0800)
-		p[4], p[5] = 6, 4
-		be.PutUint16(p[6:], 2)
-		copy(p[8:14], s.mac[:])
-		copy(p[14:18], a[24:28]) // the address asked for
-		copy(p[18:24], sha[:])
-		copy(p[24:28], a[14:18])
+		s.ethHeader(r, sha, header.EtherTypeARP)
+		header.ARP(r[link.EthernetHeaderLen:]).Encode(&header.ARPFields{Op: header.ARPReply,
+			SenderMAC: s.mac, SenderIP: tpa.As4(), // the address asked for
+			TargetMAC: sha, TargetIP: spa.As4()})
 		s.ctr.ARPRepliesOut.Add(1)
 		s.write(r)
-	case 2:
+	case header.ARPReply:
 		s.ctr.ARPRepliesIn.Add(1)
 		if learn {
 			s.neigh.confirm(spa, sha, false)
@@ -96,7 +85,7 @@ func (s *Stack) icmp4Input(f, ip []byte, ihl int) {
 	h.SetDst(src.As4())
 	h.SetTTL(64)
 	h.UpdateChecksum()
-	s.ethHeader(f, [6]byte(f[6:12]), 0x0800)
+	s.ethHeader(f, [6]byte(f[6:12]), header.EtherTypeIPv4)
 	s.ctr.EchoReplies.Add(1)
 	s.write(f)
 }
@@ -125,7 +114,7 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 		h.SetDst(src.As16())
 		h.SetHopLimit(64)
 		m.UpdateChecksum(dst, src)
-		s.ethHeader(f, [6]byte(f[6:12]), 0x86dd)
+		s.ethHeader(f, [6]byte(f[6:12]), header.EtherTypeIPv6)
 		s.ctr.EchoReplies.Add(1)
 		s.write(f)
 	case header.ICMPv6NeighborSolicit:
@@ -224,7 +213,7 @@ func solicitedNode(a netip.Addr) netip.Addr {
 // length n (hop limit 255, for ND) and returns it and the message slice.
 func (s *Stack) icmp6Frame(src, dst netip.Addr, mac [6]byte, n int) ([]byte, header.ICMPv6) {
 	f := make([]byte, max(link.EthernetHeaderLen+header.IPv6HeaderLen+n, minFrame))
-	s.ethHeader(f, mac, 0x86dd)
+	s.ethHeader(f, mac, header.EtherTypeIPv6)
 	ip := f[link.EthernetHeaderLen:]
 	header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLen: uint16(n), NextHeader: header.IPProtoICMPv6, HopLimit: 255,
 		Src: src.As16(), Dst: dst.As16()})
@@ -285,17 +274,9 @@ func (s *Stack) sendSolicit(p probe) {
 }
 
 func (s *Stack) arpRequest(f []byte, to [6]byte, spa, tpa netip.Addr) {
-	s.ethHeader(f, to, 0x0806)
-	p := f[link.EthernetHeaderLen:]
-	be.PutUint16(p[0:], 1)
-	be.PutUint16(p[2:], 0x0800)
-	p[4], p[5] = 6, 4
-	be.PutUint16(p[6:], 1)
-	copy(p[8:14], s.mac[:])
-	a, b := spa.As4(), tpa.As4()
-	copy(p[14:18], a[:])
-	clear(p[18:24])
-	copy(p[24:28], b[:])
+	s.ethHeader(f, to, header.EtherTypeARP)
+	header.ARP(f[link.EthernetHeaderLen:]).Encode(&header.ARPFields{Op: header.ARPRequest,
+		SenderMAC: s.mac, SenderIP: spa.As4(), TargetIP: tpa.As4()})
 }
 
 // sourceFor picks our address to solicit ip from: one whose prefix holds

@@ -38,7 +38,7 @@ const igmpIPHeaderLen = header.IPv4HeaderLen + 4
 // 0.0.0.0 when we have none (RFC 3376 §4.2.13 allows it).
 func (s *Stack) igmpFrame(dst netip.Addr, n int) ([]byte, []byte) {
 	f := make([]byte, link.EthernetHeaderLen+igmpIPHeaderLen+n)
-	s.ethHeader(f, multicastMAC(dst), 0x0800)
+	s.ethHeader(f, multicastMAC(dst), header.EtherTypeIPv4)
 	ip := header.IPv4(f[link.EthernetHeaderLen:])
 	src := netip.IPv4Unspecified()
 	for _, a := range s.addrs.Load().list {

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/layers"
-
 	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -15,10 +13,8 @@ import (
 // from the peer teaches it (the stack's reply is consumed).
 func (h *harness) learnPeer() {
 	h.t.Helper()
-	h.inject(serialize(h.t, &layers.Ethernet{SrcMAC: peerMAC, DstMAC: stackMAC, EthernetType: layers.EthernetTypeARP}, &layers.ARP{
-		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-		Operation: layers.ARPRequest, SourceHwAddress: peerMAC, SourceProtAddress: peerV4.AsSlice(),
-		DstHwAddress: make([]byte, 6), DstProtAddress: myV4.AsSlice()}))
+	h.inject(arpFrame(stackMAC, peerMAC, header.ARPFields{Op: header.ARPRequest,
+		SenderMAC: [6]byte(peerMAC), SenderIP: peerV4.As4(), TargetIP: myV4.As4()}))
 	h.next()
 }
 

@@ -34,7 +34,7 @@ var (
 func (s *Stack) mldFrame(dst netip.Addr, n int) ([]byte, header.ICMPv6, netip.Addr) {
 	const hbh = len(hopByHopAlert)
 	f := make([]byte, link.EthernetHeaderLen+header.IPv6HeaderLen+hbh+n)
-	s.ethHeader(f, multicastMAC(dst), 0x86dd)
+	s.ethHeader(f, multicastMAC(dst), header.EtherTypeIPv6)
 	src := s.addrs.Load().list[0] // the link-local address, always first (RFC 3810 §5)
 	ip := f[link.EthernetHeaderLen:]
 	header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLen: uint16(hbh + n), NextHeader: ipProtoHopByHop, HopLimit: 1,

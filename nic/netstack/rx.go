@@ -50,14 +50,14 @@ func (s *Stack) input(f []byte) (RxPacket, bool) {
 		return RxPacket{}, false
 	}
 	switch be.Uint16(f[12:]) {
-	case 0x0806:
+	case header.EtherTypeARP:
 		if s.cfg.Mode == ModeTAP {
 			s.arpInput(f)
 			return RxPacket{}, false
 		}
-	case 0x0800:
+	case header.EtherTypeIPv4:
 		return s.ipv4Input(f)
-	case 0x86dd:
+	case header.EtherTypeIPv6:
 		return s.ipv6Input(f)
 	}
 	s.ctr.NonRoCE.Add(1)

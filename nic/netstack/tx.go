@@ -224,11 +224,11 @@ func (s *Stack) build(p *TxPacket, set *addrSet) ([]byte, error) {
 	copy(f[6:12], s.mac[:])
 	ip := f[link.EthernetHeaderLen:]
 	if dst.Is4() {
-		binary.BigEndian.PutUint16(f[12:], 0x0800)
+		binary.BigEndian.PutUint16(f[12:], header.EtherTypeIPv4)
 		header.IPv4(ip).Encode(&header.IPv4Fields{TOS: d.TrafficClass, TotalLen: uint16(ipTotal),
 			Flags: header.IPv4DontFragment, TTL: hop, Protocol: header.IPProtoUDP, Src: src.As4(), Dst: dst.As4()})
 	} else {
-		binary.BigEndian.PutUint16(f[12:], 0x86dd)
+		binary.BigEndian.PutUint16(f[12:], header.EtherTypeIPv6)
 		header.IPv6(ip).Encode(&header.IPv6Fields{TrafficClass: d.TrafficClass, FlowLabel: d.FlowLabel,
 			PayloadLen: uint16(header.UDPHeaderLen + len(tp)), NextHeader: header.IPProtoUDP, HopLimit: hop,
 			Src: src.As16(), Dst: dst.As16()})
