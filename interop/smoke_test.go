@@ -14,6 +14,7 @@ import (
 	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/interop/rxepeer"
 	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
 // TestSmoke boots one kernel-rxe guest on a bridge in a fresh namespace and
@@ -118,11 +119,12 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 	for i := range payload {
 		payload[i] = byte(i*7 + 1)
 	}
-	frame := udSendFrame(t, pc.MAC, vm.MAC, hostIP, guestIP, &wire.PacketFields{
-		BTH:     wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: remote.QPN, PSN: local.PSN},
-		DETH:    wire.DETHFields{QKey: rxepeer.PingpongQKey, SrcQP: local.QPN},
-		Payload: payload,
-	})
+	frame := rocetest.BuildFrame(&rocetest.FrameSpec{DstMAC: [6]byte(vm.MAC), SrcMAC: [6]byte(pc.MAC), Src: hostIP, Dst: guestIP,
+		IPID: 0x2a2a, SrcPort: 0xc0de, Packet: wire.PacketFields{
+			BTH:     wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: remote.QPN, PSN: local.PSN},
+			DETH:    wire.DETHFields{QKey: rxepeer.PingpongQKey, SrcQP: local.QPN},
+			Payload: payload,
+		}})
 	if err := pc.Send(frame); err != nil {
 		t.Fatalf("sending the UD SEND: %v", err)
 	}
@@ -179,30 +181,6 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 	if !strings.Contains(out, "1 iters in") {
 		t.Errorf("server output lacks its summary:\n%s", out)
 	}
-}
-
-// udSendFrame builds Ethernet + IPv4 + UDP + the transport packet with its
-// ICRC, as a RoCEv2 NIC puts it on the wire.
-func udSendFrame(t *testing.T, src, dst net.HardwareAddr, sip, dip netip.Addr, f *wire.PacketFields) []byte {
-	t.Helper()
-	tl := f.EncodedLen()
-	frame := make([]byte, 14+header.IPv4HeaderLen+header.UDPHeaderLen+tl)
-	copy(frame[0:], dst)
-	copy(frame[6:], src)
-	binary.BigEndian.PutUint16(frame[12:], 0x0800)
-	ip := frame[14:]
-	header.IPv4(ip).Encode(&header.IPv4Fields{TotalLen: uint16(len(ip)), ID: 0x2a2a, Flags: header.IPv4DontFragment,
-		TTL: 64, Protocol: header.IPProtoUDP, Src: sip.As4(), Dst: dip.As4()})
-	header.UDP(ip[header.IPv4HeaderLen:]).Encode(0xc0de, wire.RoCEv2Port, uint16(header.UDPHeaderLen+tl)) // source port: any
-	udp := ip[header.IPv4HeaderLen:]
-	// UDP checksum 0: none (RoCEv2 relies on the ICRC; kernel rxe sends 0 too).
-	if n := f.Encode(udp[header.UDPHeaderLen:]); n != tl {
-		t.Fatalf("PacketFields.Encode wrote %d bytes, want %d", n, tl)
-	}
-	if err := wire.PutICRC(ip); err != nil {
-		t.Fatal(err)
-	}
-	return frame
 }
 
 // isRoCEFrom: an IPv4 UDP frame from src to port 4791.
