@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/vrnic/vrnicd/header"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/clock"
 )
 
@@ -126,7 +127,7 @@ func wantRecord(t *testing.T, recs []layers.IGMPv3GroupRecord, typ layers.IGMPv3
 // frame.
 func waitCounter(t *testing.T, c interface{ Load() uint64 }, want uint64) {
 	t.Helper()
-	waitFor(t, "the frame to be handled", func() bool { return c.Load() >= want })
+	linktest.WaitFor(t, "the frame to be handled", waitLimit, waitPoll, func() bool { return c.Load() >= want })
 }
 
 func TestIGMPv3JoinLeave(t *testing.T) {

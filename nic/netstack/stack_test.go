@@ -12,6 +12,7 @@ import (
 
 	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -34,7 +35,7 @@ func TestAnnouncementsAndLinkLocal(t *testing.T) {
 		t.Fatalf("OnAddrs got %v, want %v", got, want)
 	}
 	// A counter moves just after its frame is written: wait for the last.
-	waitFor(t, "1 gratuitous ARP and 2 unsolicited NAs counted", func() bool {
+	linktest.WaitFor(t, "1 gratuitous ARP and 2 unsolicited NAs counted", waitLimit, waitPoll, func() bool {
 		return h.st.Counters().ARPRequestsOut.Load() == 1 && h.st.Counters().NDAdvertsOut.Load() == 2
 	})
 }
