@@ -5,36 +5,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
-// roceFrame is an Ethernet frame of a RoCEv2 UD SEND (opcode 0x64) to
-// destQP carrying a 256-byte MAD of class 7 and attribute attr, over IPv4
-// or IPv6, and where its MAD starts.
-func roceFrame(v6 bool, destQP uint32, attr uint16) ([]byte, int) {
-	eth := make([]byte, 14)
-	var ip []byte
-	if v6 {
-		binary.BigEndian.PutUint16(eth[12:], 0x86dd)
-		ip = make([]byte, 40)
-		ip[0], ip[6], ip[7] = 0x60, 17, 64
-	} else {
-		binary.BigEndian.PutUint16(eth[12:], 0x0800)
-		ip = make([]byte, 20)
-		ip[0], ip[8], ip[9] = 0x45, 64, 17
-	}
-	udp := make([]byte, 8)
-	binary.BigEndian.PutUint16(udp[0:], 49152)
-	binary.BigEndian.PutUint16(udp[2:], 4791)
-	bth := make([]byte, 12)
-	bth[0] = 0x64
-	binary.BigEndian.PutUint32(bth[4:], destQP&0xffffff)
-	deth := make([]byte, 8)
+// cmFrame is the frame of a RoCEv2 UD SEND to destQP carrying a 256-byte
+// MAD of class 7 (CM) and attribute attr, over IPv4 or IPv6, and where its
+// MAD starts.
+func cmFrame(v6 bool, destQP uint32, attr uint16) ([]byte, int) {
 	mad := make([]byte, 256)
 	mad[0], mad[1], mad[2] = 1, 0x07, 2
 	binary.BigEndian.PutUint16(mad[16:], attr)
-	off := len(eth) + len(ip) + len(udp) + len(bth) + len(deth)
-	f := append(append(append(append(append(append(eth, ip...), udp...), bth...), deth...), mad...), 0, 0, 0, 0) // ICRC
-	return f, off
+	f := rocetest.BuildFrame(&rocetest.FrameSpec{V6: v6, Packet: wire.PacketFields{
+		BTH: wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: destQP}, Payload: mad}})
+	return f, len(f) - wire.ICRCLen - len(mad)
 }
 
 // TestIsCMMAD: the CM MAD matcher takes a REQ over IPv4 and over IPv6 (the
@@ -42,11 +27,11 @@ func roceFrame(v6 bool, destQP uint32, attr uint16) ([]byte, int) {
 // class, nor a non-RoCEv2 port.
 func TestIsCMMAD(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
-		f, off := roceFrame(v6, 1, 0x10)
+		f, off := cmFrame(v6, 1, 0x10)
 		if !isCMMAD(f) || cmMADName(f) != "REQ" {
 			t.Errorf("v6=%v: a REQ to QP1: isCMMAD %v, want true", v6, isCMMAD(f))
 		}
-		if f, _ := roceFrame(v6, 2, 0x10); isCMMAD(f) {
+		if f, _ := cmFrame(v6, 2, 0x10); isCMMAD(f) {
 			t.Errorf("v6=%v: a CM MAD to QP2 matched", v6)
 		}
 		g := append([]byte(nil), f...)

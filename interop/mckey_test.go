@@ -21,6 +21,7 @@ import (
 	"github.com/vrnic/vrnicd/interop/rxepeer"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
 // UD multicast against kernel rxe (issue #29): rdma-core's mckey, Debian's
@@ -401,12 +402,13 @@ func (m *mckeyBed) qkey(t *testing.T) {
 		t.Helper()
 		b := group.As4()
 		dst := net.HardwareAddr{0x01, 0x00, 0x5e, b[1] & 0x7f, b[2], b[3]}
-		f := udSendFrame(t, pc.MAC, dst, m.h.n.HostAddr.Addr(), group, &wire.PacketFields{
-			BTH:     wire.BTHFields{Opcode: wire.UDSendOnlyWithImmediate, PKey: wire.DefaultPKey, DestQP: 0xffffff, PSN: psn},
-			DETH:    wire.DETHFields{QKey: qkey, SrcQP: 0x77},
-			Imm:     0x77,
-			Payload: make([]byte, 100),
-		})
+		f := rocetest.BuildFrame(&rocetest.FrameSpec{DstMAC: [6]byte(dst), SrcMAC: [6]byte(pc.MAC), Src: m.h.n.HostAddr.Addr(), Dst: group,
+			IPID: 0x2a2a, SrcPort: 0xc0de, Packet: wire.PacketFields{
+				BTH:     wire.BTHFields{Opcode: wire.UDSendOnlyWithImmediate, PKey: wire.DefaultPKey, DestQP: 0xffffff, PSN: psn},
+				DETH:    wire.DETHFields{QKey: qkey, SrcQP: 0x77},
+				Imm:     0x77,
+				Payload: make([]byte, 100),
+			}})
 		if err := pc.Send(f); err != nil {
 			t.Fatal(err)
 		}

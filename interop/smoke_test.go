@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/interop/rxepeer"
 	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
 // TestSmoke boots one kernel-rxe guest on a bridge in a fresh namespace and
@@ -117,11 +119,12 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 	for i := range payload {
 		payload[i] = byte(i*7 + 1)
 	}
-	frame := udSendFrame(t, pc.MAC, vm.MAC, hostIP, guestIP, &wire.PacketFields{
-		BTH:     wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: remote.QPN, PSN: local.PSN},
-		DETH:    wire.DETHFields{QKey: rxepeer.PingpongQKey, SrcQP: local.QPN},
-		Payload: payload,
-	})
+	frame := rocetest.BuildFrame(&rocetest.FrameSpec{DstMAC: [6]byte(vm.MAC), SrcMAC: [6]byte(pc.MAC), Src: hostIP, Dst: guestIP,
+		IPID: 0x2a2a, SrcPort: 0xc0de, Packet: wire.PacketFields{
+			BTH:     wire.BTHFields{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: remote.QPN, PSN: local.PSN},
+			DETH:    wire.DETHFields{QKey: rxepeer.PingpongQKey, SrcQP: local.QPN},
+			Payload: payload,
+		}})
 	if err := pc.Send(frame); err != nil {
 		t.Fatalf("sending the UD SEND: %v", err)
 	}
@@ -147,7 +150,7 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 		t.Errorf("ICRC of the kernel's packet: %v", err)
 	}
 	var p wire.Packet
-	if err := p.Parse(ip[wire.IPv4HeaderLen+wire.UDPHeaderLen:]); err != nil {
+	if err := p.Parse(ip[header.IPv4HeaderLen+header.UDPHeaderLen:]); err != nil {
 		t.Fatalf("parsing the kernel's packet: %v", err)
 	}
 	if op := p.BTH.Opcode(); op != wire.UDSendOnly {
@@ -167,7 +170,7 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 	_ = udp.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if m, _, err := udp.ReadFromUDP(buf); err != nil {
 		t.Errorf("UDP socket on 4791: %v", err)
-	} else if !bytes.Equal(buf[:m], ip[wire.IPv4HeaderLen+wire.UDPHeaderLen:]) {
+	} else if !bytes.Equal(buf[:m], ip[header.IPv4HeaderLen+header.UDPHeaderLen:]) {
 		t.Errorf("UDP socket got a different datagram than the capture")
 	}
 
@@ -180,39 +183,15 @@ func udWire(ctx context.Context, t *testing.T, n *rxepeer.Netns, vm *rxepeer.VM,
 	}
 }
 
-// udSendFrame builds Ethernet + IPv4 + UDP + the transport packet with its
-// ICRC, as a RoCEv2 NIC puts it on the wire.
-func udSendFrame(t *testing.T, src, dst net.HardwareAddr, sip, dip netip.Addr, f *wire.PacketFields) []byte {
-	t.Helper()
-	tl := f.EncodedLen()
-	frame := make([]byte, 14+wire.IPv4HeaderLen+wire.UDPHeaderLen+tl)
-	copy(frame[0:], dst)
-	copy(frame[6:], src)
-	binary.BigEndian.PutUint16(frame[12:], 0x0800)
-	ip := frame[14:]
-	wire.IPv4(ip).Encode(&wire.IPv4Fields{TotalLen: uint16(len(ip)), ID: 0x2a2a, Flags: wire.IPv4DontFragment,
-		TTL: 64, Protocol: wire.IPProtoUDP, Src: sip.As4(), Dst: dip.As4()})
-	wire.UDP(ip[wire.IPv4HeaderLen:]).Encode(0xc0de, wire.RoCEv2Port, uint16(wire.UDPHeaderLen+tl)) // source port: any
-	udp := ip[wire.IPv4HeaderLen:]
-	// UDP checksum 0: none (RoCEv2 relies on the ICRC; kernel rxe sends 0 too).
-	if n := f.Encode(udp[wire.UDPHeaderLen:]); n != tl {
-		t.Fatalf("PacketFields.Encode wrote %d bytes, want %d", n, tl)
-	}
-	if err := wire.PutICRC(ip); err != nil {
-		t.Fatal(err)
-	}
-	return frame
-}
-
 // isRoCEFrom: an IPv4 UDP frame from src to port 4791.
 func isRoCEFrom(f []byte, src netip.Addr) bool {
-	if len(f) < 14+wire.IPv4HeaderLen+wire.UDPHeaderLen || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
+	if len(f) < 14+header.IPv4HeaderLen+header.UDPHeaderLen || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
 		return false
 	}
 	ip := f[14:]
 	s := src.As4()
 	return ip[0] == 0x45 && ip[9] == 17 && bytes.Equal(ip[12:16], s[:]) &&
-		binary.BigEndian.Uint16(ip[wire.IPv4HeaderLen+2:]) == wire.RoCEv2Port
+		binary.BigEndian.Uint16(ip[header.IPv4HeaderLen+2:]) == wire.RoCEv2Port
 }
 
 // TestImpairedGuest boots a guest behind rxepeer's user-space impairment

@@ -6,10 +6,11 @@
 // itself.
 //
 // Received RoCEv2 packets are checked as kernel rxe's ingress checks them
-// (rxe_recv.c: opcode, TVer, destination QP, QP type, path addresses, P_Key)
-// and meet the engine in the link's buffer on the QP's own worker, or are
-// copied into pooled buffers for it: requests to the receive side,
-// responses to the send side.
+// (rxe_recv.c: opcode, TVer, destination QP, QP type, path addresses, P_Key);
+// ingress only returns its verdict (drop, GSI, a multicast group, a QP),
+// and its caller acts on it: a packet meets the engine in the link's
+// buffer on the QP's own worker, or is copied into a pooled buffer for it:
+// requests to the receive side, responses to the send side.
 // Packets to one of the device's own GIDs never reach the wire (loopback, as
 // rxe does).
 package nic

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/wire"
@@ -176,7 +177,7 @@ func (d *Device) answerUnsupported(m *MAD) {
 
 // ipTrafficClass is the TOS / traffic class of an IPv4 or IPv6 header.
 func ipTrafficClass(h []byte) uint8 {
-	if len(h) >= wire.IPv6HeaderLen && h[0]>>4 == 6 {
+	if len(h) >= header.IPv6HeaderLen && h[0]>>4 == 6 {
 		return uint8(binary.BigEndian.Uint32(h) >> 20)
 	}
 	if len(h) >= 2 {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic"
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/nic/netstack"
@@ -98,7 +99,7 @@ func TestDestroyedQPAcknowledgesDuplicates(t *testing.T) {
 			RETH: wire.RETHFields{VA: 0x1000, RKey: key, Length: uint32(payload)}}
 		pkt := make([]byte, wire.Len(op.Info(), payload))
 		f.EncodeHeaders(pkt, payload)
-		dev.Deliver([]netstack.RxPacket{{Transport: pkt, IPHeader: make([]byte, wire.IPv4HeaderLen), Src: from, Dst: local, SrcPort: 0xc000}})
+		dev.Deliver([]netstack.RxPacket{{Transport: pkt, IPHeader: make([]byte, header.IPv4HeaderLen), Src: from, Dst: local, SrcPort: 0xc000}})
 	}
 	expectACK := func(what string, pkts [][]byte, psn, msn uint32) {
 		t.Helper()

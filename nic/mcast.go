@@ -11,7 +11,6 @@ import (
 
 	"github.com/vrnic/vrnicd/nic/gid"
 	"github.com/vrnic/vrnicd/transport"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // Kernel rxe's multicast limits (rxe_param.h), the defaults of Limits.
@@ -274,24 +273,6 @@ func (d *Device) rejoinGroups() {
 		if err := d.joinGroup(g); err != nil {
 			d.log.Warn("joining a multicast group on the port", "group", g.Addr(), "err", err)
 		}
-	}
-}
-
-// mcastInput hands a packet sent to QPN 0xFFFFFF to every QP attached to
-// its destination group, each its own copy (rxe_rcv_mcast_pkt). A QP made
-// with BlockSelfMcastLB does not get what it sent itself.
-func (d *Device) mcastInput(on *worker, pkt *wire.Packet, tp, iphdr []byte, src, dst gid.GID, sport uint16) {
-	members := d.mcast.load()[dst]
-	if len(members) == 0 || pkt.BTH.Opcode().Transport() != wire.TransportUD {
-		d.ctr.Inc(transport.RcvdDropped)
-		return
-	}
-	self := d.isLocal(src)
-	for _, q := range members {
-		if self && q.blockSelfMcast && pkt.DETH != nil && pkt.DETH.SrcQP() == q.QPN() {
-			continue
-		}
-		d.toQP(on, q, pkt, tp, iphdr, src, dst, sport)
 	}
 }
 

@@ -211,7 +211,7 @@ func (w *worker) attachPoller(p *netstack.RxPoller, onErr func(error)) error {
 
 // pollLink reads one batch of ready frames and gives each RoCEv2 packet to
 // the engine at once, in the link's buffer, for the QPs this worker owns
-// (ingress copies the others' to their worker). It returns the frames read.
+// (receive copies the others' to their worker). It returns the frames read.
 func (w *worker) pollLink() int {
 	r := w.rcv
 	if r == nil {
@@ -224,11 +224,11 @@ func (w *worker) pollLink() int {
 	return n
 }
 
-// deliver is the poller's Deliver: the device's ingress, on this worker.
+// deliver is the poller's Deliver: the device's receive, on this worker.
 func (w *worker) deliver(pkts []netstack.RxPacket) {
 	for i := range pkts {
 		p := &pkts[i]
-		w.d.ingress(w, p.Transport, p.IPHeader, gid.FromAddr(p.Src), gid.FromAddr(p.Dst), p.SrcPort)
+		w.d.receive(w, p.Transport, p.IPHeader, gid.FromAddr(p.Src), gid.FromAddr(p.Dst), p.SrcPort)
 	}
 }
 

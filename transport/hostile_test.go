@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
 	tt "github.com/vrnic/vrnicd/transport/transporttest"
@@ -161,7 +162,7 @@ func (h *hostile) inject(t testing.TB, in []byte) []byte {
 		return rest // ingress drops what does not parse
 	}
 	rx.SrcGID, rx.DstGID = h.a.Node.GID, h.b.Node.GID
-	rx.IPHeader = make([]byte, wire.IPv4HeaderLen)
+	rx.IPHeader = make([]byte, header.IPv4HeaderLen)
 	rx.IPHeader[0] = 0x45
 	rx.SrcPort = 0xc000
 	if rx.Op.Flags&wire.FlagRequest != 0 {
@@ -215,7 +216,7 @@ func (h *hostile) check(t testing.TB) {
 			t.Fatalf("the QP sent a frame with a bad ICRC: %v", err)
 		}
 		var p wire.Packet
-		if err := p.Parse(h.lastSent[wire.IPv4HeaderLen+wire.UDPHeaderLen:]); err != nil {
+		if err := p.Parse(h.lastSent[header.IPv4HeaderLen+header.UDPHeaderLen:]); err != nil {
 			t.Fatalf("the QP sent a packet that does not parse: %v", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -107,7 +108,7 @@ func (rs *recvSide) udRequest(s *qpSnap, p *RxPacket) {
 		return
 	}
 	var grh [GRHLen]byte
-	if len(p.IPHeader) == wire.IPv4HeaderLen {
+	if len(p.IPHeader) == header.IPv4HeaderLen {
 		copy(grh[20:], p.IPHeader)
 	} else {
 		copy(grh[:], p.IPHeader)

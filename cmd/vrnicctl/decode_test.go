@@ -16,6 +16,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
@@ -313,8 +314,10 @@ func handMadeFrames(t *testing.T) []handFrame {
 		t.Fatal(err)
 	}
 	shortRoCE := udpFrame(t, 49152, wire.RoCEv2Port, []byte{byte(wire.RCRDMAWriteFirst), 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1, 1, 2, 3, 4})
-	arp := append(make([]byte, 12), 0x08, 0x06)
-	arp = append(arp, make([]byte, 28)...)
+	arp := make([]byte, header.EthernetHeaderLen+header.ARPLen)
+	header.Ethernet(arp).Encode([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, [6]byte{2, 0, 0, 0, 0, 1}, header.EtherTypeARP)
+	header.ARP(arp[header.EthernetHeaderLen:]).Encode(&header.ARPFields{Op: header.ARPRequest,
+		SenderMAC: [6]byte{2, 0, 0, 0, 0, 1}, SenderIP: [4]byte{192, 0, 2, 1}, TargetIP: [4]byte{192, 0, 2, 2}})
 	tcp := goldenFrame(t, "rc_send.pcap", 4) // the TCP out-of-band exchange
 	return []handFrame{
 		{data: arp},

@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/header"
 	"net"
 	"net/netip"
 	"os"
@@ -454,7 +454,7 @@ func e2eUD(t *testing.T, n *e2eNet) {
 			ip := grh[20:]
 			if ip[0] != 0x45 || int(binary.BigEndian.Uint16(ip[2:])) != 20+udpLen || ip[8] != 33 || ip[9] != 17 ||
 				netip.AddrFrom4([4]byte(ip[12:16])).String() != e2eA4 || netip.AddrFrom4([4]byte(ip[16:20])).String() != e2eB4 ||
-				!wire.IPv4(ip).ChecksumValid() {
+				!header.IPv4(ip).ChecksumValid() {
 				t.Fatalf("IPv4 GRH % x", grh)
 			}
 		} else if grh[0]>>4 != 6 || int(binary.BigEndian.Uint16(grh[4:])) != udpLen || grh[6] != 17 || grh[7] != 33 ||

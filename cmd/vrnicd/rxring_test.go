@@ -1,14 +1,16 @@
 package main
 
 import (
-	"encoding/binary"
 	"net"
+	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
 // TestRawRxRingDrops: a raw-mode daemon with --rx-ring-frames 64 is
@@ -54,7 +56,10 @@ func TestRawRxRingDrops(t *testing.T) {
 	for i := 0; i < sent; i += 20 {
 		fs := make([][]byte, 20)
 		for j := range fs {
-			fs[j] = roceFrame(dst, tx.HardwareAddr(), uint32(i+j))
+			fs[j] = rocetest.BuildFrame(&rocetest.FrameSpec{DstMAC: [6]byte(dst), SrcMAC: [6]byte(tx.HardwareAddr()),
+				Src: netip.MustParseAddr("198.51.100.1"), Dst: netip.MustParseAddr("198.51.100.2"), Packet: wire.PacketFields{
+					BTH:     wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x99, PSN: uint32(i + j)},
+					Payload: make([]byte, 64)}})
 		}
 		if _, err := tx.Write(fs, 0); err != nil {
 			t.Fatal(err)
@@ -73,29 +78,4 @@ func TestRawRxRingDrops(t *testing.T) {
 	if drops+in != sent || drops < sent-2*slots {
 		t.Errorf("link_rx_ring_drops %v and frames_in %v after %d frames into a ring of %v slots", drops, in, sent, slots)
 	}
-}
-
-// roceFrame is an IPv4 RoCEv2 frame (RC SEND ONLY to QP 0x99, PSN psn,
-// 64 bytes of payload) from src to dst; its ICRC is not right, which the
-// ring does not look at.
-func roceFrame(dst, src net.HardwareAddr, psn uint32) []byte {
-	f := make([]byte, 14+20+8+12+64+4)
-	copy(f, dst)
-	copy(f[6:], src)
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[14:]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
-	binary.BigEndian.PutUint16(ip[6:], 0x4000)
-	copy(ip[12:], []byte{198, 51, 100, 1, 198, 51, 100, 2})
-	udp := ip[20:]
-	binary.BigEndian.PutUint16(udp, 49152)
-	binary.BigEndian.PutUint16(udp[2:], 4791)
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
-	bth := udp[8:]
-	bth[0] = 0x04
-	binary.BigEndian.PutUint16(bth[2:], 0xffff)
-	bth[7] = 0x99
-	binary.BigEndian.PutUint32(bth[8:], psn&0xffffff)
-	return f
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // Netns is a network namespace made for one test by linktest.NewNS (name,
@@ -237,8 +237,8 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 	buf := make([]byte, 1500)
 	to := &net.IPAddr{IP: dst.AsSlice()}
 	for seqNo := uint16(1); ; seqNo++ {
-		req := wire.ICMPv4(append(make([]byte, wire.ICMPHeaderLen), "vrnicd"...))
-		req.SetType(wire.ICMPv4EchoRequest)
+		req := header.ICMPv4(append(make([]byte, header.ICMPHeaderLen), "vrnicd"...))
+		req.SetType(header.ICMPv4EchoRequest)
 		req.SetIdent(id)
 		req.SetSeq(seqNo)
 		req.UpdateChecksum()
@@ -256,9 +256,9 @@ func (n *Netns) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
 			if err != nil {
 				break // this round timed out
 			}
-			b := wire.ICMPv4(buf[:m])
-			if ip, ok := from.(*net.IPAddr); ok && ip.IP.Equal(to.IP) && len(b) >= wire.ICMPHeaderLen &&
-				b.Type() == wire.ICMPv4EchoReply && b.Ident() == id && b.Seq() == seqNo {
+			b := header.ICMPv4(buf[:m])
+			if ip, ok := from.(*net.IPAddr); ok && ip.IP.Equal(to.IP) && len(b) >= header.ICMPHeaderLen &&
+				b.Type() == header.ICMPv4EchoReply && b.Ident() == id && b.Seq() == seqNo {
 				return time.Since(sent), nil
 			}
 		}

@@ -4,47 +4,32 @@ import (
 	"encoding/binary"
 	"sync"
 	"testing"
+
+	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
-// roceFrame builds an Ethernet/IPv4/UDP 4791 frame whose BTH names dqpn,
-// or, v6, the same over IPv6.
-func roceFrame(dqpn uint32, v6 bool, payload int) []byte {
-	f := make([]byte, 14)
-	var ip []byte
-	if v6 {
-		binary.BigEndian.PutUint16(f[12:], etherTypeIPv6)
-		ip = make([]byte, 40)
-		ip[0], ip[6] = 0x60, 17
-	} else {
-		binary.BigEndian.PutUint16(f[12:], etherTypeIPv4)
-		ip = make([]byte, 20)
-		ip[0], ip[9] = 0x45, 17
-	}
-	udp := make([]byte, 8)
-	binary.BigEndian.PutUint16(udp[0:], 49152)
-	binary.BigEndian.PutUint16(udp[2:], udpPortRoCE)
-	bth := make([]byte, bthLen)
-	bth[0] = 0x04 // RC SEND_ONLY
-	bth[5], bth[6], bth[7] = byte(dqpn>>16), byte(dqpn>>8), byte(dqpn)
-	f = append(append(append(append(f, ip...), udp...), bth...), make([]byte, payload+4)...)
-	return f
+// rcSend is the frame of a RoCEv2 RC SEND ONLY to dqpn with payload bytes.
+func rcSend(dqpn uint32, v6 bool, payload int) []byte {
+	return rocetest.BuildFrame(&rocetest.FrameSpec{V6: v6, Packet: wire.PacketFields{
+		BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: dqpn}, Payload: make([]byte, payload)}})
 }
 
 func TestDestQP(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
-		if q, ok := DestQP(roceFrame(0x123456, v6, 0)); !ok || q != 0x123456 {
+		if q, ok := DestQP(rcSend(0x123456, v6, 0)); !ok || q != 0x123456 {
 			t.Errorf("v6=%v: %#x %v", v6, q, ok)
 		}
 	}
-	other := roceFrame(0x11, false, 0)
+	other := rcSend(0x11, false, 0)
 	binary.BigEndian.PutUint16(other[14+20+2:], 53) // DNS, not RoCEv2
-	for _, f := range [][]byte{nil, make([]byte, 13), roceFrame(0x11, false, 0)[:40], other} {
+	for _, f := range [][]byte{nil, make([]byte, 13), rcSend(0x11, false, 0)[:40], other} {
 		if _, ok := DestQP(f); ok {
 			t.Errorf("DestQP(%x) took a frame that is no RoCEv2 packet", f)
 		}
 	}
 	pick := QPFilter(0x11, 0x12)
-	if !pick(roceFrame(0x12, true, 8)) || pick(roceFrame(0x13, false, 8)) {
+	if !pick(rcSend(0x12, true, 8)) || pick(rcSend(0x13, false, 8)) {
 		t.Error("QPFilter")
 	}
 }
@@ -63,7 +48,7 @@ func TestSlowSubscriberDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		if err := h.WriteFrame(roceFrame(uint32(0x11+i%2), false, 100)); err != nil {
+		if err := h.WriteFrame(rcSend(uint32(0x11+i%2), false, 100)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +59,7 @@ func TestSlowSubscriberDrops(t *testing.T) {
 		t.Errorf("filtering subscriber: %d queued, %d dropped; want 50 and 0", f, d)
 	}
 	fr, _ := reader.Next()
-	if len(fr.Data) != 60 || fr.Len != len(roceFrame(0x11, false, 100)) || fr.Time.IsZero() {
+	if len(fr.Data) != 60 || fr.Len != len(rcSend(0x11, false, 100)) || fr.Time.IsZero() {
 		t.Errorf("snapped frame: %d bytes of %d at %v", len(fr.Data), fr.Len, fr.Time)
 	}
 	got := map[string]uint64{}
@@ -88,7 +73,7 @@ func TestSlowSubscriberDrops(t *testing.T) {
 		t.Errorf("%d active after a Close", h.Active())
 	}
 	<-stuck.Done()
-	h.WriteFrame(roceFrame(0x11, false, 1))
+	h.WriteFrame(rcSend(0x11, false, 1))
 	if f, _ := stuck.Stats(); f != 8 || stuck.Queued() != 8 {
 		t.Errorf("after Close: %d queued, %d waiting; want the 8 queued before", f, stuck.Queued())
 	}
@@ -120,7 +105,7 @@ func TestConcurrentSubscribe(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		f := roceFrame(0x11, false, 64)
+		f := rcSend(0x11, false, 64)
 		for {
 			select {
 			case <-stop:
@@ -152,7 +137,7 @@ func TestConcurrentSubscribe(t *testing.T) {
 func TestByteBound(t *testing.T) {
 	h := Hub{MaxBytes: 10000}
 	s, _ := h.Subscribe(1000, 0, nil)
-	big := roceFrame(0x11, false, 3000)
+	big := rcSend(0x11, false, 3000)
 	for range 10 {
 		h.WriteFrame(big)
 	}

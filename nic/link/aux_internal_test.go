@@ -3,11 +3,12 @@ package link
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/vrnic/vrnicd/transport/wire"
 	"net/netip"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // udpFrame builds an untagged Ethernet frame with UDP to port 4791 whose
@@ -36,7 +37,7 @@ func udpFrame(v6 bool, payload []byte, partial uint16) []byte {
 		ip[8], ip[9] = 64, 17
 		copy(ip[12:], []byte{192, 0, 2, 1})
 		copy(ip[16:], []byte{192, 0, 2, 2})
-		binary.BigEndian.PutUint16(ip[10:], wire.Checksum(ip))
+		binary.BigEndian.PutUint16(ip[10:], header.Checksum(ip))
 	}
 	f := make([]byte, 14, 14+len(ip)+len(udp))
 	binary.BigEndian.PutUint16(f[12:], etype)
@@ -55,7 +56,7 @@ func udpChecksumOK(t *testing.T, f []byte) bool {
 	} else {
 		src, dst, udp = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])), ip[20:]
 	}
-	return binary.BigEndian.Uint16(udp[6:]) != 0 && wire.L4Checksum(src, dst, 17, udp) == 0
+	return binary.BigEndian.Uint16(udp[6:]) != 0 && header.L4Checksum(src, dst, 17, udp) == 0
 }
 
 func TestKeepFramesFinishesPartialChecksums(t *testing.T) {
@@ -119,7 +120,7 @@ func TestFinishUDPChecksumIgnoresMalformed(t *testing.T) {
 		"short IPv6":       good[:14+39],
 		"length too big":   func() []byte { g := bytes.Clone(good); g[14+4] = 0xff; return g }(),
 		"not UDP":          func() []byte { g := bytes.Clone(good); g[14+6] = 6; return g }(),
-		"ARP":              func() []byte { g := bytes.Clone(good); g[12], g[13] = 0x08, 0x06; return g }(),
+		"ARP":              func() []byte { g := bytes.Clone(good); header.Ethernet(g).SetType(header.EtherTypeARP); return g }(),
 		"IPv4 bad IHL":     func() []byte { g := udpFrame(false, nil, 1); g[14] = 0x41; return g }(),
 		"IPv4 short UDP":   func() []byte { g := udpFrame(false, nil, 1); binary.BigEndian.PutUint16(g[16:], 24); return g }(),
 		"IPv4 total > len": func() []byte { g := udpFrame(false, nil, 1); binary.BigEndian.PutUint16(g[16:], 900); return g }(),

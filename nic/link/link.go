@@ -72,6 +72,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // Link is a batch Ethernet frame device.
@@ -130,7 +132,7 @@ type RingReader interface {
 }
 
 // EthernetHeaderLen is the length of an untagged Ethernet header.
-const EthernetHeaderLen = 14
+const EthernetHeaderLen = header.EthernetHeaderLen
 
 // Errors returned by links.
 var (

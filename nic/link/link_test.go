@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/vrnic/vrnicd/transport/wire"
 	"net"
 	"net/netip"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/net/bpf"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 )
@@ -142,7 +142,7 @@ func roceProbe(v6 bool, proto uint8, dport uint16, frag uint16, payload ...byte)
 	p[8] = 64
 	p[9] = proto
 	copy(p[12:], []byte{192, 0, 2, 1, 192, 0, 2, 2})
-	binary.BigEndian.PutUint16(p[10:], wire.Checksum(p[:20]))
+	binary.BigEndian.PutUint16(p[10:], header.Checksum(p[:20]))
 	binary.BigEndian.PutUint16(p[20+2:], dport)
 	binary.BigEndian.PutUint16(p[20+4:], uint16(8+len(payload)))
 	p = append(p, payload...)
@@ -158,7 +158,9 @@ func TestRoCEFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arp := frame(make(net.HardwareAddr, 6), make(net.HardwareAddr, 6), 0x0806, make([]byte, 28))
+	am := make([]byte, header.ARPLen)
+	header.ARP(am).Encode(&header.ARPFields{Op: header.ARPRequest, SenderIP: [4]byte{192, 0, 2, 1}, TargetIP: [4]byte{192, 0, 2, 2}})
+	arp := frame(make(net.HardwareAddr, 6), make(net.HardwareAddr, 6), header.EtherTypeARP, am)
 	for _, tc := range []struct {
 		name string
 		f    []byte
@@ -375,7 +377,7 @@ func TestRawFinishesLocalSendersChecksums(t *testing.T) {
 		if !bytes.Equal(udp[8:], payload) {
 			t.Fatalf("%s: payload %x", dst, udp[8:])
 		}
-		if binary.BigEndian.Uint16(udp[6:]) == 0 || wire.L4Checksum(src, to, 17, udp) != 0 {
+		if binary.BigEndian.Uint16(udp[6:]) == 0 || header.L4Checksum(src, to, 17, udp) != 0 {
 			t.Errorf("%s: UDP checksum %#04x does not verify", dst, binary.BigEndian.Uint16(udp[6:]))
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/header"
 	"net"
 	"net/netip"
 	"os"
@@ -393,7 +393,7 @@ func finishUDPChecksum(f []byte) {
 		return
 	}
 	udp[6], udp[7] = 0, 0
-	c := wire.L4Checksum(src, dst, 17, udp)
+	c := header.L4Checksum(src, dst, 17, udp)
 	if c == 0 {
 		c = 0xffff // 0 means "no checksum" on the wire
 	}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/header"
 	"net"
 	"testing"
 	"time"
@@ -452,7 +452,7 @@ func TestRawRingFinishesLocalSendersChecksums(t *testing.T) {
 		if !bytes.Equal(udp[8:], payload) {
 			t.Fatalf("payload %x", udp[8:])
 		}
-		if binary.BigEndian.Uint16(udp[6:]) == 0 || wire.L4Checksum(src, to, 17, udp) != 0 {
+		if binary.BigEndian.Uint16(udp[6:]) == 0 || header.L4Checksum(src, to, 17, udp) != 0 {
 			t.Errorf("UDP checksum %#04x does not verify", binary.BigEndian.Uint16(udp[6:]))
 		}
 	})

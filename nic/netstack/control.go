@@ -3,8 +3,8 @@ package netstack
 import (
 	"net/netip"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // Control plane of TAP mode: ARP, IPv6 neighbour discovery, echo.
@@ -14,22 +14,17 @@ const minFrame = 60 // Ethernet minimum without FCS
 var broadcastMAC = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 func (s *Stack) ethHeader(f []byte, dst [6]byte, etype uint16) {
-	copy(f[0:6], dst[:])
-	copy(f[6:12], s.mac[:])
-	be.PutUint16(f[12:], etype)
+	header.Ethernet(f).Encode(dst, s.mac, etype)
 }
 
 // arpInput handles an ARP packet (RFC 826, with Linux's learning rules).
 func (s *Stack) arpInput(f []byte) {
-	a := f[link.EthernetHeaderLen:]
-	if len(a) < 28 || be.Uint16(a[0:]) != 1 || be.Uint16(a[2:]) != 0x0800 || a[4] != 6 || a[5] != 4 {
+	a := header.ARP(f[link.EthernetHeaderLen:])
+	if !a.IsIPv4OverEthernet() {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	op := be.Uint16(a[6:])
-	sha := [6]byte(a[8:14])
-	spa := netip.AddrFrom4([4]byte(a[14:18]))
-	tpa := netip.AddrFrom4([4]byte(a[24:28]))
+	sha, spa, tpa := a.SenderMAC(), a.SenderIP(), a.TargetIP()
 	if sha[0]&1 != 0 || sha == s.mac {
 		s.ctr.Malformed.Add(1)
 		return
@@ -37,8 +32,8 @@ func (s *Stack) arpInput(f []byte) {
 	set := s.addrs.Load()
 	mine := set.has(tpa)
 	learn := spa.IsValid() && !spa.IsUnspecified() && !set.has(spa)
-	switch op {
-	case 1:
+	switch a.Op() {
+	case header.ARPRequest:
 		if !mine {
 			if learn { // refresh an existing entry only
 				s.neigh.setState(spa, sha, nStale, false)
@@ -51,19 +46,13 @@ func (s *Stack) arpInput(f []byte) {
 			s.neigh.setState(spa, sha, nStale, true)
 		}
 		r := make([]byte, minFrame)
-		s.ethHeader(r, sha, 0x0806)
-		p := r[link.EthernetHeaderLen:]
-		be.PutUint16(p[0:], 1)
-		be.PutUint16(p[2:], 0x0800)
-		p[4], p[5] = 6, 4
-		be.PutUint16(p[6:], 2)
-		copy(p[8:14], s.mac[:])
-		copy(p[14:18], a[24:28]) // the address asked for
-		copy(p[18:24], sha[:])
-		copy(p[24:28], a[14:18])
+		s.ethHeader(r, sha, header.EtherTypeARP)
+		header.ARP(r[link.EthernetHeaderLen:]).Encode(&header.ARPFields{Op: header.ARPReply,
+			SenderMAC: s.mac, SenderIP: tpa.As4(), // the address asked for
+			TargetMAC: sha, TargetIP: spa.As4()})
 		s.ctr.ARPRepliesOut.Add(1)
 		s.write(r)
-	case 2:
+	case header.ARPReply:
 		s.ctr.ARPRepliesIn.Add(1)
 		if learn {
 			s.neigh.confirm(spa, sha, false)
@@ -75,28 +64,28 @@ func (s *Stack) arpInput(f []byte) {
 
 // icmp4Input answers echo requests in place.
 func (s *Stack) icmp4Input(f, ip []byte, ihl int) {
-	m := wire.ICMPv4(ip[ihl:])
-	if len(m) < wire.ICMPHeaderLen {
+	m := header.ICMPv4(ip[ihl:])
+	if len(m) < header.ICMPHeaderLen {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	if wire.Checksum(m) != 0 {
+	if header.Checksum(m) != 0 {
 		s.ctr.BadICMPChecksum.Add(1)
 		return
 	}
-	if m.Type() != wire.ICMPv4EchoRequest || m.Code() != 0 {
+	if m.Type() != header.ICMPv4EchoRequest || m.Code() != 0 {
 		s.ctr.NonRoCE.Add(1)
 		return
 	}
-	m.SetType(wire.ICMPv4EchoReply)
+	m.SetType(header.ICMPv4EchoReply)
 	m.UpdateChecksum()
-	h := wire.IPv4(ip)
+	h := header.IPv4(ip)
 	src, dst := h.Src(), h.Dst()
 	h.SetSrc(dst.As4())
 	h.SetDst(src.As4())
 	h.SetTTL(64)
 	h.UpdateChecksum()
-	s.ethHeader(f, [6]byte(f[6:12]), 0x0800)
+	s.ethHeader(f, [6]byte(f[6:12]), header.EtherTypeIPv4)
 	s.ctr.EchoReplies.Add(1)
 	s.write(f)
 }
@@ -104,8 +93,8 @@ func (s *Stack) icmp4Input(f, ip []byte, ihl int) {
 // icmp6Input handles echo, NS and NA. mine says dst is one of our unicast
 // addresses (else it is multicast).
 func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
-	h := wire.IPv6(ip)
-	m := wire.ICMPv6(ip[wire.IPv6HeaderLen:])
+	h := header.IPv6(ip)
+	m := header.ICMPv6(ip[header.IPv6HeaderLen:])
 	if len(m) < 4 {
 		s.ctr.Malformed.Add(1)
 		return
@@ -115,22 +104,22 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 		return
 	}
 	switch m.Type() {
-	case wire.ICMPv6EchoRequest:
-		if !mine || m.Code() != 0 || len(m) < wire.ICMPHeaderLen {
+	case header.ICMPv6EchoRequest:
+		if !mine || m.Code() != 0 || len(m) < header.ICMPHeaderLen {
 			s.ctr.NonRoCE.Add(1)
 			return
 		}
-		m.SetType(wire.ICMPv6EchoReply)
+		m.SetType(header.ICMPv6EchoReply)
 		h.SetSrc(dst.As16())
 		h.SetDst(src.As16())
 		h.SetHopLimit(64)
 		m.UpdateChecksum(dst, src)
-		s.ethHeader(f, [6]byte(f[6:12]), 0x86dd)
+		s.ethHeader(f, [6]byte(f[6:12]), header.EtherTypeIPv6)
 		s.ctr.EchoReplies.Add(1)
 		s.write(f)
-	case wire.ICMPv6NeighborSolicit:
+	case header.ICMPv6NeighborSolicit:
 		s.nsInput(f, h, m, src, dst)
-	case wire.ICMPv6NeighborAdvert:
+	case header.ICMPv6NeighborAdvert:
 		s.naInput(h, m)
 	case mldQuery, mldV1Report: // without the Router Alert they should have; accepted as Linux does
 		if !mine {
@@ -145,14 +134,14 @@ func (s *Stack) icmp6Input(f, ip []byte, src, dst netip.Addr, mine bool) {
 
 // ndValid checks what RFC 4861 §7.1 requires of every NS and NA: hop limit
 // 255 (so it came from the link), code 0, room for the target.
-func ndValid(h wire.IPv6, m wire.ICMPv6) bool {
-	return h.HopLimit() == 255 && m.Code() == 0 && len(m) >= wire.NDHeaderLen
+func ndValid(h header.IPv6, m header.ICMPv6) bool {
+	return h.HopLimit() == 255 && m.Code() == 0 && len(m) >= header.NDHeaderLen
 }
 
 // nsInput answers a neighbour solicitation for one of our addresses
 // (RFC 4861 §7.2.3), learning the sender's MAC when it gives one, and
 // defends an address another node probes for (duplicate address detection).
-func (s *Stack) nsInput(f []byte, h wire.IPv6, m wire.ICMPv6, src, dst netip.Addr) {
+func (s *Stack) nsInput(f []byte, h header.IPv6, m header.ICMPv6, src, dst netip.Addr) {
 	if !ndValid(h, m) {
 		s.ctr.Malformed.Add(1)
 		return
@@ -166,7 +155,7 @@ func (s *Stack) nsInput(f []byte, h wire.IPv6, m wire.ICMPv6, src, dst netip.Add
 		s.ctr.NonRoCE.Add(1)
 		return
 	}
-	sll, hasSLL, bad := wire.NDLinkAddr(m.NDOptions(), wire.NDOptSourceLinkAddr)
+	sll, hasSLL, bad := header.NDLinkAddr(m.NDOptions(), header.NDOptSourceLinkAddr)
 	if bad || (hasSLL && sll[0]&1 != 0) {
 		s.ctr.Malformed.Add(1)
 		return
@@ -191,13 +180,13 @@ func (s *Stack) nsInput(f []byte, h wire.IPv6, m wire.ICMPv6, src, dst netip.Add
 
 // naInput learns a neighbour's MAC from its advertisement (RFC 4861
 // §7.2.5): reachable if solicited, else stale.
-func (s *Stack) naInput(h wire.IPv6, m wire.ICMPv6) {
+func (s *Stack) naInput(h header.IPv6, m header.ICMPv6) {
 	if !ndValid(h, m) {
 		s.ctr.Malformed.Add(1)
 		return
 	}
 	target := m.Target()
-	tll, hasTLL, bad := wire.NDLinkAddr(m.NDOptions(), wire.NDOptTargetLinkAddr)
+	tll, hasTLL, bad := header.NDLinkAddr(m.NDOptions(), header.NDOptTargetLinkAddr)
 	if bad || target.IsMulticast() {
 		s.ctr.Malformed.Add(1)
 		return
@@ -206,7 +195,7 @@ func (s *Stack) naInput(h wire.IPv6, m wire.ICMPv6) {
 	if !hasTLL || tll[0]&1 != 0 || s.addrs.Load().has(target) {
 		return
 	}
-	if m.NAFlags()&wire.NASolicited != 0 { // reachability confirmed
+	if m.NAFlags()&header.NASolicited != 0 { // reachability confirmed
 		s.neigh.confirm(target, tll, false)
 	} else {
 		s.neigh.setState(target, tll, nStale, false)
@@ -222,31 +211,31 @@ func solicitedNode(a netip.Addr) netip.Addr {
 
 // icmp6Frame builds an Ethernet+IPv6 frame around an ICMPv6 message of
 // length n (hop limit 255, for ND) and returns it and the message slice.
-func (s *Stack) icmp6Frame(src, dst netip.Addr, mac [6]byte, n int) ([]byte, wire.ICMPv6) {
-	f := make([]byte, max(link.EthernetHeaderLen+wire.IPv6HeaderLen+n, minFrame))
-	s.ethHeader(f, mac, 0x86dd)
+func (s *Stack) icmp6Frame(src, dst netip.Addr, mac [6]byte, n int) ([]byte, header.ICMPv6) {
+	f := make([]byte, max(link.EthernetHeaderLen+header.IPv6HeaderLen+n, minFrame))
+	s.ethHeader(f, mac, header.EtherTypeIPv6)
 	ip := f[link.EthernetHeaderLen:]
-	wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(n), NextHeader: wire.IPProtoICMPv6, HopLimit: 255,
+	header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLen: uint16(n), NextHeader: header.IPProtoICMPv6, HopLimit: 255,
 		Src: src.As16(), Dst: dst.As16()})
-	return f[:link.EthernetHeaderLen+wire.IPv6HeaderLen+n], wire.ICMPv6(ip[wire.IPv6HeaderLen : wire.IPv6HeaderLen+n])
+	return f[:link.EthernetHeaderLen+header.IPv6HeaderLen+n], header.ICMPv6(ip[header.IPv6HeaderLen : header.IPv6HeaderLen+n])
 }
 
 // ndLen is the length of the NS and NA this stack sends: the message and
 // one link-layer address option.
-const ndLen = wire.NDHeaderLen + 8
+const ndLen = header.NDHeaderLen + 8
 
 // sendNA advertises target (ours) to dst with our MAC as the target
 // link-layer address, override set.
 func (s *Stack) sendNA(target, dst netip.Addr, mac [6]byte, solicited bool) {
 	f, m := s.icmp6Frame(target, dst, mac, ndLen)
-	m.SetType(wire.ICMPv6NeighborAdvert)
-	flags := uint8(wire.NAOverride)
+	m.SetType(header.ICMPv6NeighborAdvert)
+	flags := uint8(header.NAOverride)
 	if solicited {
-		flags |= wire.NASolicited
+		flags |= header.NASolicited
 	}
 	m.SetNAFlags(flags)
 	m.SetTarget(target.As16())
-	wire.PutNDLinkAddr(m.NDOptions(), wire.NDOptTargetLinkAddr, s.mac)
+	header.PutNDLinkAddr(m.NDOptions(), header.NDOptTargetLinkAddr, s.mac)
 	m.UpdateChecksum(target, dst)
 	s.ctr.NDAdvertsOut.Add(1)
 	s.write(f)
@@ -276,26 +265,18 @@ func (s *Stack) sendSolicit(p probe) {
 		dst, mac = p.ip, p.mac
 	}
 	f, m := s.icmp6Frame(src, dst, mac, ndLen)
-	m.SetType(wire.ICMPv6NeighborSolicit)
+	m.SetType(header.ICMPv6NeighborSolicit)
 	m.SetTarget(p.ip.As16())
-	wire.PutNDLinkAddr(m.NDOptions(), wire.NDOptSourceLinkAddr, s.mac)
+	header.PutNDLinkAddr(m.NDOptions(), header.NDOptSourceLinkAddr, s.mac)
 	m.UpdateChecksum(src, dst)
 	s.ctr.NDSolicitsOut.Add(1)
 	s.write(f)
 }
 
 func (s *Stack) arpRequest(f []byte, to [6]byte, spa, tpa netip.Addr) {
-	s.ethHeader(f, to, 0x0806)
-	p := f[link.EthernetHeaderLen:]
-	be.PutUint16(p[0:], 1)
-	be.PutUint16(p[2:], 0x0800)
-	p[4], p[5] = 6, 4
-	be.PutUint16(p[6:], 1)
-	copy(p[8:14], s.mac[:])
-	a, b := spa.As4(), tpa.As4()
-	copy(p[14:18], a[:])
-	clear(p[18:24])
-	copy(p[24:28], b[:])
+	s.ethHeader(f, to, header.EtherTypeARP)
+	header.ARP(f[link.EthernetHeaderLen:]).Encode(&header.ARPFields{Op: header.ARPRequest,
+		SenderMAC: s.mac, SenderIP: spa.As4(), TargetIP: tpa.As4()})
 }
 
 // sourceFor picks our address to solicit ip from: one whose prefix holds

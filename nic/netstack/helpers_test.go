@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/clock"
 	"io"
 	"net"
@@ -130,6 +131,14 @@ func (h *harness) inject(f []byte) {
 	if _, err := h.peer.Write([][]byte{f}, 0); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// arpFrame is an ARP message from src to dst, padded to Ethernet's minimum.
+func arpFrame(dst, src net.HardwareAddr, f header.ARPFields) []byte {
+	b := make([]byte, 60)
+	header.Ethernet(b).Encode([6]byte(dst), [6]byte(src), header.EtherTypeARP)
+	header.ARP(b[header.EthernetHeaderLen:]).Encode(&f)
+	return b
 }
 
 // serialize builds a frame from gopacket layers with checksums computed.

@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // IGMP in TAP mode: IGMPv3 reports (RFC 3376) with IGMPv2 (RFC 2236)
@@ -30,7 +30,7 @@ var (
 
 // igmpIPHeaderLen: a 20-byte header plus the 4-byte Router Alert option
 // every IGMP message carries (RFC 2113; RFC 3376 §4, RFC 2236 §2).
-const igmpIPHeaderLen = wire.IPv4HeaderLen + 4
+const igmpIPHeaderLen = header.IPv4HeaderLen + 4
 
 // igmpFrame builds Ethernet + IPv4 (TTL 1, Router Alert, TOS 0xc0 as
 // Linux) around an IGMP message of n bytes to dst, and returns the frame
@@ -38,8 +38,8 @@ const igmpIPHeaderLen = wire.IPv4HeaderLen + 4
 // 0.0.0.0 when we have none (RFC 3376 §4.2.13 allows it).
 func (s *Stack) igmpFrame(dst netip.Addr, n int) ([]byte, []byte) {
 	f := make([]byte, link.EthernetHeaderLen+igmpIPHeaderLen+n)
-	s.ethHeader(f, multicastMAC(dst), 0x0800)
-	ip := wire.IPv4(f[link.EthernetHeaderLen:])
+	s.ethHeader(f, multicastMAC(dst), header.EtherTypeIPv4)
+	ip := header.IPv4(f[link.EthernetHeaderLen:])
 	src := netip.IPv4Unspecified()
 	for _, a := range s.addrs.Load().list {
 		if a.Is4() {
@@ -47,10 +47,10 @@ func (s *Stack) igmpFrame(dst netip.Addr, n int) ([]byte, []byte) {
 			break
 		}
 	}
-	ip.Encode(&wire.IPv4Fields{TOS: 0xc0, TotalLen: uint16(igmpIPHeaderLen + n), Flags: wire.IPv4DontFragment,
+	ip.Encode(&header.IPv4Fields{TOS: 0xc0, TotalLen: uint16(igmpIPHeaderLen + n), Flags: header.IPv4DontFragment,
 		TTL: 1, Protocol: ipProtoIGMP, Src: src.As4(), Dst: dst.As4()})
 	ip[0] = 4<<4 | igmpIPHeaderLen/4
-	copy(ip[wire.IPv4HeaderLen:], []byte{0x94, 0x04, 0, 0}) // Router Alert: every router examines it
+	copy(ip[header.IPv4HeaderLen:], []byte{0x94, 0x04, 0, 0}) // Router Alert: every router examines it
 	ip.UpdateChecksum()
 	return f, f[link.EthernetHeaderLen+igmpIPHeaderLen:]
 }
@@ -72,7 +72,7 @@ func (s *Stack) igmpv3Frames(recs []record) [][]byte {
 			a := r.g.As4()
 			copy(rec[4:8], a[:])
 		}
-		be.PutUint16(m[2:], wire.Checksum(m))
+		be.PutUint16(m[2:], header.Checksum(m))
 		frames = append(frames, f)
 	}
 	s.ctr.IGMPReportsOut.Add(uint64(len(frames)))
@@ -98,7 +98,7 @@ func (s *Stack) igmpv2Frames(recs []record, v1 bool) [][]byte {
 		m[0] = typ
 		a := r.g.As4()
 		copy(m[4:8], a[:])
-		be.PutUint16(m[2:], wire.Checksum(m))
+		be.PutUint16(m[2:], header.Checksum(m))
 		frames = append(frames, f)
 	}
 	s.ctr.IGMPReportsOut.Add(uint64(len(frames)))
@@ -109,7 +109,7 @@ func (s *Stack) igmpv2Frames(recs []record, v1 bool) [][]byte {
 // queries are answered, other hosts' reports ignored, anything malformed
 // counted. msg is the IGMP message, the IP datagram's payload.
 func (s *Stack) igmpInput(msg []byte, dst netip.Addr) {
-	if len(msg) < 8 || wire.Checksum(msg) != 0 {
+	if len(msg) < 8 || header.Checksum(msg) != 0 {
 		s.ctr.Malformed.Add(1)
 		return
 	}

@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/layers"
-
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -14,10 +13,8 @@ import (
 // from the peer teaches it (the stack's reply is consumed).
 func (h *harness) learnPeer() {
 	h.t.Helper()
-	h.inject(serialize(h.t, &layers.Ethernet{SrcMAC: peerMAC, DstMAC: stackMAC, EthernetType: layers.EthernetTypeARP}, &layers.ARP{
-		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-		Operation: layers.ARPRequest, SourceHwAddress: peerMAC, SourceProtAddress: peerV4.AsSlice(),
-		DstHwAddress: make([]byte, 6), DstProtAddress: myV4.AsSlice()}))
+	h.inject(arpFrame(stackMAC, peerMAC, header.ARPFields{Op: header.ARPRequest,
+		SenderMAC: [6]byte(peerMAC), SenderIP: peerV4.As4(), TargetIP: myV4.As4()}))
 	h.next()
 }
 
@@ -59,7 +56,7 @@ func fromPeer(t *testing.T, f []byte) []byte {
 	copy(ip[12:16], peerV4.AsSlice())
 	copy(ip[16:20], myV4.AsSlice())
 	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:], wire.Checksum(ip[:20]))
+	binary.BigEndian.PutUint16(ip[10:], header.Checksum(ip[:20]))
 	if err := wire.PutICRC(ip[:binary.BigEndian.Uint16(ip[2:])]); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +124,7 @@ func TestImpairSent(t *testing.T) {
 	h.sendN(1, 0x11)
 	f := h.next()
 	ip := f[14:]
-	if wire.VerifyICRC(ip[:binary.BigEndian.Uint16(ip[2:])]) == nil && wire.Checksum(ip[:20]) == 0 {
+	if wire.VerifyICRC(ip[:binary.BigEndian.Uint16(ip[2:])]) == nil && header.Checksum(ip[:20]) == 0 {
 		t.Error("corrupted frame still checks")
 	}
 	if _, on := h.st.Impairment(); !on {

@@ -159,7 +159,7 @@ func TestTAPModeMulticastInNetns(t *testing.T) {
 		}
 	}
 	var mdb string
-	waitFor(t, "the bridge to learn both groups on the TAP's port", func() bool {
+	linktest.WaitFor(t, "the bridge to learn both groups on the TAP's port", waitLimit, waitPoll, func() bool {
 		mdb = nsA.Exec(t, "bridge", "mdb", "show", "dev", br)
 		return strings.Contains(mdb, "port "+tapName+" grp "+group4.String()) &&
 			strings.Contains(mdb, "port "+tapName+" grp "+group6.String())

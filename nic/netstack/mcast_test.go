@@ -10,8 +10,9 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/vrnic/vrnicd/header"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/clock"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 var (
@@ -34,8 +35,8 @@ func igmpQueryFrame(dst, group netip.Addr, code uint8, v3 bool) []byte {
 	copy(f[0:6], mac[:])
 	copy(f[6:12], peerMAC)
 	f[12], f[13] = 0x08, 0x00
-	ip := wire.IPv4(f[14:])
-	ip.Encode(&wire.IPv4Fields{TotalLen: uint16(24 + n), TTL: 1, Protocol: 2, Src: peerV4.As4(), Dst: dst.As4()})
+	ip := header.IPv4(f[14:])
+	ip.Encode(&header.IPv4Fields{TotalLen: uint16(24 + n), TTL: 1, Protocol: 2, Src: peerV4.As4(), Dst: dst.As4()})
 	ip[0] = 0x46
 	copy(ip[20:], []byte{0x94, 4, 0, 0})
 	ip.UpdateChecksum()
@@ -49,7 +50,7 @@ func igmpQueryFrame(dst, group netip.Addr, code uint8, v3 bool) []byte {
 		m[8] = 2 // QRV
 		m[9] = 125
 	}
-	be.PutUint16(m[2:], wire.Checksum(m))
+	be.PutUint16(m[2:], header.Checksum(m))
 	return f
 }
 
@@ -65,9 +66,9 @@ func mldQueryFrame(src, dst, group netip.Addr, code uint16, v2 bool) []byte {
 	copy(f[0:6], mac[:])
 	copy(f[6:12], peerMAC)
 	f[12], f[13] = 0x86, 0xdd
-	wire.IPv6(f[14:]).Encode(&wire.IPv6Fields{PayloadLen: uint16(8 + n), NextHeader: 0, HopLimit: 1, Src: src.As16(), Dst: dst.As16()})
+	header.IPv6(f[14:]).Encode(&header.IPv6Fields{PayloadLen: uint16(8 + n), NextHeader: 0, HopLimit: 1, Src: src.As16(), Dst: dst.As16()})
 	copy(f[54:], []byte{58, 0, 5, 2, 0, 0, 1, 0})
-	m := wire.ICMPv6(f[62:])
+	m := header.ICMPv6(f[62:])
 	m[0] = 130
 	be.PutUint16(m[4:], code)
 	if group.IsValid() {
@@ -91,7 +92,7 @@ func igmpFrom(t *testing.T, f []byte) (*layers.IPv4, gopacket.Layer) {
 	if ip.TTL != 1 || len(ip.Options) == 0 || ip.Options[0].OptionType != 148 || ip.Options[0].OptionLength != 4 {
 		t.Fatalf("TTL %d, options %+v: want TTL 1 and Router Alert", ip.TTL, ip.Options)
 	}
-	if wire.Checksum(f[14:14+int(ip.IHL)*4]) != 0 || wire.Checksum(ip.Payload) != 0 {
+	if header.Checksum(f[14:14+int(ip.IHL)*4]) != 0 || header.Checksum(ip.Payload) != 0 {
 		t.Fatal("bad IP or IGMP checksum")
 	}
 	dst, _ := netip.AddrFromSlice(ip.DstIP)
@@ -126,7 +127,7 @@ func wantRecord(t *testing.T, recs []layers.IGMPv3GroupRecord, typ layers.IGMPv3
 // frame.
 func waitCounter(t *testing.T, c interface{ Load() uint64 }, want uint64) {
 	t.Helper()
-	waitFor(t, "the frame to be handled", func() bool { return c.Load() >= want })
+	linktest.WaitFor(t, "the frame to be handled", waitLimit, waitPoll, func() bool { return c.Load() >= want })
 }
 
 func TestIGMPv3JoinLeave(t *testing.T) {
@@ -271,7 +272,7 @@ func mldFrom(t *testing.T, f []byte) (dst netip.Addr, m []byte) {
 		t.Fatalf("Ethernet destination % x for %v", f[0:6], dst)
 	}
 	m = f[14+40+8:]
-	if wire.L4Checksum(myLL, dst, 58, m) != 0 {
+	if header.L4Checksum(myLL, dst, 58, m) != 0 {
 		t.Fatal("bad ICMPv6 checksum")
 	}
 	return dst, m
@@ -519,7 +520,7 @@ func TestMalformedQueries(t *testing.T) {
 	}
 	q4 := igmpQueryFrame(allSystems, netip.Addr{}, 100, true)
 	q6 := mldQueryFrame(router6, allNodes, netip.Addr{}, 100, true)
-	fix6 := func(f []byte) { wire.ICMPv6(f[62:]).UpdateChecksum(router6, allNodes) }
+	fix6 := func(f []byte) { header.ICMPv6(f[62:]).UpdateChecksum(router6, allNodes) }
 	for name, f := range map[string][]byte{
 		"IGMP checksum":      bad(q4, func(f []byte) { f[14+24+2] ^= 1 }),
 		"IGMP 10 bytes":      bad(q4, func(f []byte) { be.PutUint16(f[16:], 24+10); fixIPv4(f); fixMsg(f[14+24 : 14+24+10]) }),
@@ -528,8 +529,11 @@ func TestMalformedQueries(t *testing.T) {
 		"MLD checksum":       bad(q6, func(f []byte) { f[62+2] ^= 1 }),
 		"MLD HbH too long":   bad(q6, func(f []byte) { f[55] = 9 }),
 		"MLDv2 sources lie":  bad(q6, func(f []byte) { f[62+27] = 3; fix6(f) }),
-		"MLD 26 bytes":       bad(q6, func(f []byte) { be.PutUint16(f[18:], 8+26); wire.ICMPv6(f[62:62+26]).UpdateChecksum(router6, allNodes) }),
-		"MLD unicast group":  bad(q6, func(f []byte) { copy(f[62+8:], peerV6.AsSlice()); fix6(f) }),
+		"MLD 26 bytes": bad(q6, func(f []byte) {
+			be.PutUint16(f[18:], 8+26)
+			header.ICMPv6(f[62:62+26]).UpdateChecksum(router6, allNodes)
+		}),
+		"MLD unicast group": bad(q6, func(f []byte) { copy(f[62+8:], peerV6.AsSlice()); fix6(f) }),
 	} {
 		before := st.ctr.Malformed.Load() + st.ctr.BadIPChecksum.Load()
 		if _, ok := st.input(f); ok {
@@ -552,7 +556,7 @@ func TestMalformedQueries(t *testing.T) {
 // fixMsg recomputes an IGMP message's checksum.
 func fixMsg(m []byte) {
 	m[2], m[3] = 0, 0
-	be.PutUint16(m[2:], wire.Checksum(m))
+	be.PutUint16(m[2:], header.Checksum(m))
 }
 
 // TestCloseLeaves: Close sends a leave for the groups (one IGMPv3 report,
@@ -632,7 +636,7 @@ func TestReportSuppression(t *testing.T) {
 	fixMsg(v2[14+24:])
 	v1 := mldQueryFrame(peerLL, group6, group6, 0, false)
 	v1[62] = 131
-	wire.ICMPv6(v1[62:]).UpdateChecksum(peerLL, group6)
+	header.ICMPv6(v1[62:]).UpdateChecksum(peerLL, group6)
 	before := h.st.Counters().NonRoCE.Load()
 	h.inject(v2)
 	h.inject(v1)

@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
-	"github.com/vrnic/vrnicd/transport/wire"
 )
 
 // MLD in TAP mode: MLDv2 reports (RFC 3810) with MLDv1 (RFC 2710)
@@ -25,28 +25,28 @@ const ipProtoHopByHop = 0
 var (
 	allRouters6   = netip.MustParseAddr("ff02::2")
 	mldv2Routers  = netip.MustParseAddr("ff02::16")
-	hopByHopAlert = [8]byte{wire.IPProtoICMPv6, 0, 5, 2, 0, 0, 1, 0} // Router Alert (MLD), PadN
+	hopByHopAlert = [8]byte{header.IPProtoICMPv6, 0, 5, 2, 0, 0, 1, 0} // Router Alert (MLD), PadN
 )
 
 // mldFrame builds Ethernet + IPv6 + Hop-by-Hop Router Alert around an
 // MLD message of n bytes to dst, and returns the frame, the message and
 // its source (for the checksum).
-func (s *Stack) mldFrame(dst netip.Addr, n int) ([]byte, wire.ICMPv6, netip.Addr) {
+func (s *Stack) mldFrame(dst netip.Addr, n int) ([]byte, header.ICMPv6, netip.Addr) {
 	const hbh = len(hopByHopAlert)
-	f := make([]byte, link.EthernetHeaderLen+wire.IPv6HeaderLen+hbh+n)
-	s.ethHeader(f, multicastMAC(dst), 0x86dd)
+	f := make([]byte, link.EthernetHeaderLen+header.IPv6HeaderLen+hbh+n)
+	s.ethHeader(f, multicastMAC(dst), header.EtherTypeIPv6)
 	src := s.addrs.Load().list[0] // the link-local address, always first (RFC 3810 §5)
 	ip := f[link.EthernetHeaderLen:]
-	wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(hbh + n), NextHeader: ipProtoHopByHop, HopLimit: 1,
+	header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLen: uint16(hbh + n), NextHeader: ipProtoHopByHop, HopLimit: 1,
 		Src: src.As16(), Dst: dst.As16()})
-	copy(ip[wire.IPv6HeaderLen:], hopByHopAlert[:])
-	return f, wire.ICMPv6(ip[wire.IPv6HeaderLen+hbh:]), src
+	copy(ip[header.IPv6HeaderLen:], hopByHopAlert[:])
+	return f, header.ICMPv6(ip[header.IPv6HeaderLen+hbh:]), src
 }
 
 // mldv2Frames packs records into as few MLDv2 reports to ff02::16 as the
 // MTU allows (20 bytes a record: no sources).
 func (s *Stack) mldv2Frames(recs []record) [][]byte {
-	per := max((s.link.MTU()-wire.IPv6HeaderLen-len(hopByHopAlert)-8)/20, 1)
+	per := max((s.link.MTU()-header.IPv6HeaderLen-len(hopByHopAlert)-8)/20, 1)
 	var frames [][]byte
 	for len(recs) > 0 {
 		chunk := recs[:min(per, len(recs))]
@@ -90,14 +90,14 @@ func (s *Stack) mldv1Frames(recs []record) [][]byte {
 // hopByHopInput handles an IPv6 packet whose first header is Hop-by-Hop
 // options (TAP mode): MLD messages carry one. ip ends where the packet
 // does.
-func (s *Stack) hopByHopInput(ip wire.IPv6, src, dst netip.Addr) {
-	ext := ip[wire.IPv6HeaderLen:]
+func (s *Stack) hopByHopInput(ip header.IPv6, src, dst netip.Addr) {
+	ext := ip[header.IPv6HeaderLen:]
 	if len(ext) < 8 || len(ext) < (int(ext[1])+1)*8 {
 		s.ctr.Malformed.Add(1)
 		return
 	}
-	next, m := ext[0], wire.ICMPv6(ext[(int(ext[1])+1)*8:])
-	if next != wire.IPProtoICMPv6 || !dst.IsMulticast() {
+	next, m := ext[0], header.ICMPv6(ext[(int(ext[1])+1)*8:])
+	if next != header.IPProtoICMPv6 || !dst.IsMulticast() {
 		s.ctr.NonRoCE.Add(1)
 		return
 	}
@@ -111,7 +111,7 @@ func (s *Stack) hopByHopInput(ip wire.IPv6, src, dst netip.Addr) {
 // mldInput handles an MLD message (checksum checked): queries are
 // answered, other listeners' MLDv1 reports suppress ours, the rest is
 // other listeners' business.
-func (s *Stack) mldInput(m wire.ICMPv6, src, dst netip.Addr) {
+func (s *Stack) mldInput(m header.ICMPv6, src, dst netip.Addr) {
 	switch m.Type() {
 	case mldQuery:
 		s.mldQueryInput(m, src, dst)
@@ -127,7 +127,7 @@ func (s *Stack) mldInput(m wire.ICMPv6, src, dst netip.Addr) {
 
 // mldQueryInput answers an MLD query (checksum already checked). RFC 3810
 // §5.1.14: queries from a source that is not link-local are dropped.
-func (s *Stack) mldQueryInput(m wire.ICMPv6, src, dst netip.Addr) {
+func (s *Stack) mldQueryInput(m header.ICMPv6, src, dst netip.Addr) {
 	group, maxResp, ver, ok := parseMLDQuery(m)
 	if !ok || !src.IsLinkLocalUnicast() || (group.IsValid() && !group.IsMulticast()) {
 		s.ctr.Malformed.Add(1)

@@ -46,10 +46,9 @@ func deliverTo(ch chan RxPacket) func([]RxPacket) {
 	}
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	linktest.WaitFor(t, what, 5*time.Second, 20*time.Millisecond, cond)
-}
+// How long the tests wait for the stack or the kernel to settle
+// (linktest.WaitFor), looking every waitPoll.
+const waitLimit, waitPoll = 5 * time.Second, 20 * time.Millisecond
 
 // TestTAPModeInNetns: a stack on a TAP in namespace A, bridged to a veth
 // whose peer is in namespace B. B pings it (IPv4 and link-local IPv6), the
@@ -97,7 +96,7 @@ func TestTAPModeInNetns(t *testing.T) {
 	bIP := netip.MustParseAddr("192.0.2.20")
 	nsB.Exec(t, "ip", "neigh", "flush", "dev", vb) // nothing cached in B either
 	st.Resolve(bIP)
-	waitFor(t, "the stack to resolve B", func() bool {
+	linktest.WaitFor(t, "the stack to resolve B", waitLimit, waitPoll, func() bool {
 		m, ok := st.Neighbor(bIP)
 		return ok && m.String() == bMAC.String()
 	})
@@ -229,7 +228,7 @@ func TestRawModeInNetns(t *testing.T) {
 	// The stack follows the interface's addresses.
 	r1.Exec(t, "ip", "addr", "add", "198.51.100.7/24", "dev", v1)
 	var addrs []netip.Addr
-	waitFor(t, "the new address", func() bool {
+	linktest.WaitFor(t, "the new address", waitLimit, waitPoll, func() bool {
 		for {
 			select {
 			case a := <-addrc:

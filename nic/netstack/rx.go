@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -49,14 +50,14 @@ func (s *Stack) input(f []byte) (RxPacket, bool) {
 		return RxPacket{}, false
 	}
 	switch be.Uint16(f[12:]) {
-	case 0x0806:
+	case header.EtherTypeARP:
 		if s.cfg.Mode == ModeTAP {
 			s.arpInput(f)
 			return RxPacket{}, false
 		}
-	case 0x0800:
+	case header.EtherTypeIPv4:
 		return s.ipv4Input(f)
-	case 0x86dd:
+	case header.EtherTypeIPv6:
 		return s.ipv6Input(f)
 	}
 	s.ctr.NonRoCE.Add(1)
@@ -64,14 +65,14 @@ func (s *Stack) input(f []byte) (RxPacket, bool) {
 }
 
 func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
-	ip := wire.IPv4(f[link.EthernetHeaderLen:])
-	if len(ip) < wire.IPv4HeaderLen || ip.Version() != 4 {
+	ip := header.IPv4(f[link.EthernetHeaderLen:])
+	if len(ip) < header.IPv4HeaderLen || ip.Version() != 4 {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
 	ihl := ip.HeaderLen()
 	tot := int(ip.TotalLen())
-	if ihl < wire.IPv4HeaderLen || tot < ihl || tot > len(ip) {
+	if ihl < header.IPv4HeaderLen || tot < ihl || tot > len(ip) {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
@@ -89,7 +90,7 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 		}
 		return RxPacket{}, false
 	}
-	if ip.Flags()&(wire.IPv4MoreFragments|wire.IPv4FragOffset) != 0 {
+	if ip.Flags()&(header.IPv4MoreFragments|header.IPv4FragOffset) != 0 {
 		s.ctr.Fragments.Add(1)
 		return RxPacket{}, false
 	}
@@ -97,14 +98,14 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 		return s.ipv4Multicast(f[:link.EthernetHeaderLen+tot], ip, ihl, src, dst)
 	}
 	switch ip.Protocol() {
-	case wire.IPProtoUDP:
-		if ihl != wire.IPv4HeaderLen {
+	case header.IPProtoUDP:
+		if ihl != header.IPv4HeaderLen {
 			// The ICRC cannot cover options; rxe never sends them.
 			s.ctr.Malformed.Add(1)
 			return RxPacket{}, false
 		}
 		return s.udpInput(f[:link.EthernetHeaderLen+tot], ip, ihl, src, dst, ip.TOS(), ip.TTL(), 0)
-	case wire.IPProtoICMP:
+	case header.IPProtoICMP:
 		if s.cfg.Mode == ModeTAP {
 			s.icmp4Input(f[:link.EthernetHeaderLen+tot], ip, ihl)
 			return RxPacket{}, false
@@ -117,13 +118,13 @@ func (s *Stack) ipv4Input(f []byte) (RxPacket, bool) {
 // ipv4Multicast handles a datagram to a multicast group: RoCEv2 to a
 // joined group as to our own address, IGMP queries (TAP mode), the rest
 // counted.
-func (s *Stack) ipv4Multicast(f []byte, ip wire.IPv4, ihl int, src, dst netip.Addr) (RxPacket, bool) {
+func (s *Stack) ipv4Multicast(f []byte, ip header.IPv4, ihl int, src, dst netip.Addr) (RxPacket, bool) {
 	switch ip.Protocol() {
-	case wire.IPProtoUDP:
+	case header.IPProtoUDP:
 		if !s.mcastUDP(ip[ihl:], dst) {
 			return RxPacket{}, false
 		}
-		if ihl != wire.IPv4HeaderLen {
+		if ihl != header.IPv4HeaderLen {
 			s.ctr.Malformed.Add(1)
 			return RxPacket{}, false
 		}
@@ -145,7 +146,7 @@ func (s *Stack) mcastUDP(udp []byte, dst netip.Addr) bool {
 	if s.mc.joined(dst) {
 		return true
 	}
-	if len(udp) >= wire.UDPHeaderLen && wire.UDP(udp).DstPort() == RoCEPort {
+	if len(udp) >= header.UDPHeaderLen && header.UDP(udp).DstPort() == RoCEPort {
 		s.ctr.McastNotJoined.Add(1)
 	} else {
 		s.ctr.NonRoCE.Add(1)
@@ -154,29 +155,29 @@ func (s *Stack) mcastUDP(udp []byte, dst netip.Addr) bool {
 }
 
 func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
-	ip := wire.IPv6(f[link.EthernetHeaderLen:])
-	if len(ip) < wire.IPv6HeaderLen || ip.Version() != 6 {
+	ip := header.IPv6(f[link.EthernetHeaderLen:])
+	if len(ip) < header.IPv6HeaderLen || ip.Version() != 6 {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
 	plen := int(ip.PayloadLen())
-	if wire.IPv6HeaderLen+plen > len(ip) {
+	if header.IPv6HeaderLen+plen > len(ip) {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
-	ip = ip[:wire.IPv6HeaderLen+plen]
+	ip = ip[:header.IPv6HeaderLen+plen]
 	f = f[:link.EthernetHeaderLen+len(ip)]
 	src, dst := ip.Src(), ip.Dst()
 	mine := s.addrs.Load().has(dst)
 	switch ip.NextHeader() {
-	case wire.IPProtoUDP:
-		if mine || (dst.IsMulticast() && s.mcastUDP(ip[wire.IPv6HeaderLen:], dst)) {
-			return s.udpInput(f, ip, wire.IPv6HeaderLen, src, dst, ip.TrafficClass(), ip.HopLimit(), ip.FlowLabel())
+	case header.IPProtoUDP:
+		if mine || (dst.IsMulticast() && s.mcastUDP(ip[header.IPv6HeaderLen:], dst)) {
+			return s.udpInput(f, ip, header.IPv6HeaderLen, src, dst, ip.TrafficClass(), ip.HopLimit(), ip.FlowLabel())
 		}
 		if dst.IsMulticast() {
 			return RxPacket{}, false // counted by mcastUDP
 		}
-	case wire.IPProtoICMPv6:
+	case header.IPProtoICMPv6:
 		if s.cfg.Mode == ModeTAP && (mine || dst.IsMulticast()) {
 			s.icmp6Input(f, ip, src, dst, mine)
 			return RxPacket{}, false
@@ -199,8 +200,8 @@ func (s *Stack) ipv6Input(f []byte) (RxPacket, bool) {
 // group) and returns it if it is a good RoCEv2 packet. ip ends where the
 // datagram ends.
 func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uint8, flow uint32) (RxPacket, bool) {
-	udp := wire.UDP(ip[ihl:])
-	if len(udp) < wire.UDPHeaderLen || int(udp.Length()) != len(udp) {
+	udp := header.UDP(ip[ihl:])
+	if len(udp) < header.UDPHeaderLen || int(udp.Length()) != len(udp) {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
@@ -211,17 +212,17 @@ func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uin
 	if s.cfg.Tap != nil {
 		_ = s.cfg.Tap.WriteFrame(f)
 	}
-	drop, dup := s.rxVerdict(udp[wire.UDPHeaderLen:])
+	drop, dup := s.rxVerdict(udp[header.UDPHeaderLen:])
 	if drop {
 		return RxPacket{}, false
 	}
 	// A zero checksum means none (IPv4; IPv6 too, as rxe's tunnel socket
 	// sets no_check6_rx).
-	if udp.Checksum() != 0 && wire.L4Checksum(src, dst, wire.IPProtoUDP, udp) != 0 {
+	if udp.Checksum() != 0 && header.L4Checksum(src, dst, header.IPProtoUDP, udp) != 0 {
 		s.ctr.BadUDPChecksum.Add(1)
 		return RxPacket{}, false
 	}
-	if len(udp) < wire.UDPHeaderLen+wire.BTHLen+wire.ICRCLen {
+	if len(udp) < header.UDPHeaderLen+wire.BTHLen+wire.ICRCLen {
 		s.ctr.Malformed.Add(1)
 		return RxPacket{}, false
 	}
@@ -233,7 +234,7 @@ func (s *Stack) udpInput(f, ip []byte, ihl int, src, dst netip.Addr, tc, hop uin
 	return RxPacket{
 		Frame:        f,
 		IPHeader:     ip[:ihl:ihl],
-		Transport:    udp[wire.UDPHeaderLen:],
+		Transport:    udp[header.UDPHeaderLen:],
 		Src:          src,
 		Dst:          dst,
 		SrcPort:      udp.SrcPort(),

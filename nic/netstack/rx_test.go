@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"encoding/binary"
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/clock"
 	"net"
 	"net/netip"
@@ -81,7 +82,7 @@ func rxStack(t testing.TB) *Stack {
 
 func fixIPv4(f []byte) {
 	f[24], f[25] = 0, 0
-	binary.BigEndian.PutUint16(f[24:], wire.Checksum(f[14:14+int(f[14]&0xf)*4]))
+	binary.BigEndian.PutUint16(f[24:], header.Checksum(f[14:14+int(f[14]&0xf)*4]))
 }
 
 func TestReceiveGood(t *testing.T) {
@@ -107,7 +108,7 @@ func TestReceiveGood(t *testing.T) {
 	}
 	// IPv4 with a correct non-zero UDP checksum is accepted too.
 	f := peerFrame(t, false, 20, false)
-	binary.BigEndian.PutUint16(f[40:], wire.L4Checksum(peerV4, myV4, 17, f[34:]))
+	binary.BigEndian.PutUint16(f[40:], header.L4Checksum(peerV4, myV4, 17, f[34:]))
 	h.inject(f)
 	if p := <-h.rx; p.Src != peerV4 {
 		t.Fatal("checksummed IPv4 not delivered")

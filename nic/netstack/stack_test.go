@@ -10,7 +10,9 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/gid"
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -33,7 +35,7 @@ func TestAnnouncementsAndLinkLocal(t *testing.T) {
 		t.Fatalf("OnAddrs got %v, want %v", got, want)
 	}
 	// A counter moves just after its frame is written: wait for the last.
-	waitFor(t, "1 gratuitous ARP and 2 unsolicited NAs counted", func() bool {
+	linktest.WaitFor(t, "1 gratuitous ARP and 2 unsolicited NAs counted", waitLimit, waitPoll, func() bool {
 		return h.st.Counters().ARPRequestsOut.Load() == 1 && h.st.Counters().NDAdvertsOut.Load() == 2
 	})
 }
@@ -41,26 +43,18 @@ func TestAnnouncementsAndLinkLocal(t *testing.T) {
 func TestARPRequestReply(t *testing.T) {
 	h := newHarness(t, nil)
 	req := func(target netip.Addr) []byte {
-		return serialize(t, eth(layers.EthernetBroadcast, layers.EthernetTypeARP), &layers.ARP{
-			AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-			Operation: layers.ARPRequest, SourceHwAddress: peerMAC, SourceProtAddress: peerV4.AsSlice(),
-			DstHwAddress: make([]byte, 6), DstProtAddress: target.AsSlice(),
-		})
+		return arpFrame(layers.EthernetBroadcast, peerMAC, header.ARPFields{Op: header.ARPRequest,
+			SenderMAC: [6]byte(peerMAC), SenderIP: peerV4.As4(), TargetIP: target.As4()})
 	}
 	h.inject(req(myV4))
 	f := h.next()
-	p := decode(f)
-	a, _ := p.Layer(layers.LayerTypeARP).(*layers.ARP)
-	e, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
-	if a == nil || a.Operation != layers.ARPReply {
-		t.Fatalf("not an ARP reply: %v", p)
+	e, a := header.Ethernet(f), header.ARP(f[header.EthernetHeaderLen:])
+	if e.Type() != header.EtherTypeARP || !a.IsIPv4OverEthernet() || a.Op() != header.ARPReply {
+		t.Fatalf("not an ARP reply: % x", f)
 	}
-	if e.DstMAC.String() != peerMAC.String() || e.SrcMAC.String() != stackMAC.String() ||
-		net.HardwareAddr(a.SourceHwAddress).String() != stackMAC.String() ||
-		net.IP(a.SourceProtAddress).String() != "192.0.2.10" ||
-		net.HardwareAddr(a.DstHwAddress).String() != peerMAC.String() ||
-		net.IP(a.DstProtAddress).String() != "192.0.2.20" {
-		t.Fatalf("bad reply %+v", a)
+	if e.Dst() != [6]byte(peerMAC) || e.Src() != [6]byte(stackMAC) || a.SenderMAC() != [6]byte(stackMAC) ||
+		a.SenderIP() != myV4 || a.TargetMAC() != [6]byte(peerMAC) || a.TargetIP() != peerV4 {
+		t.Fatalf("bad reply % x", f)
 	}
 	if len(f) < 60 {
 		t.Errorf("reply %d bytes, below the Ethernet minimum", len(f))
@@ -187,26 +181,24 @@ func TestEcho(t *testing.T) {
 	}
 }
 
-func arpReply(t *testing.T, from netip.Addr) []byte {
-	return serialize(t, eth(stackMAC, layers.EthernetTypeARP), &layers.ARP{
-		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-		Operation: layers.ARPReply, SourceHwAddress: peerMAC, SourceProtAddress: from.AsSlice(),
-		DstHwAddress: stackMAC, DstProtAddress: myV4.AsSlice(),
-	})
+func arpReply(from netip.Addr) []byte {
+	return arpFrame(stackMAC, peerMAC, header.ARPFields{Op: header.ARPReply,
+		SenderMAC: [6]byte(peerMAC), SenderIP: from.As4(), TargetMAC: [6]byte(stackMAC), TargetIP: myV4.As4()})
 }
 
 func isARPRequestFor(f []byte, ip netip.Addr, unicast bool) bool {
-	p := decode(f)
-	a, _ := p.Layer(layers.LayerTypeARP).(*layers.ARP)
-	e, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
-	if a == nil || a.Operation != layers.ARPRequest || net.IP(a.DstProtAddress).String() != ip.String() ||
-		net.IP(a.SourceProtAddress).String() != myV4.String() {
+	if len(f) < header.EthernetHeaderLen+header.ARPLen {
+		return false
+	}
+	e, a := header.Ethernet(f), header.ARP(f[header.EthernetHeaderLen:])
+	if e.Type() != header.EtherTypeARP || !a.IsIPv4OverEthernet() || a.Op() != header.ARPRequest ||
+		a.TargetIP() != ip || a.SenderIP() != myV4 {
 		return false
 	}
 	if unicast {
-		return e.DstMAC.String() == peerMAC.String()
+		return e.Dst() == [6]byte(peerMAC)
 	}
-	return e.DstMAC.String() == layers.EthernetBroadcast.String()
+	return e.Dst() == [6]byte(layers.EthernetBroadcast)
 }
 
 func TestResolutionRetriesAndQueue(t *testing.T) {
@@ -248,7 +240,7 @@ func TestResolutionRetriesAndQueue(t *testing.T) {
 	if !isARPRequestFor(h.next(), peerV4, false) {
 		t.Fatal("no ARP request on second attempt")
 	}
-	h.inject(arpReply(t, peerV4))
+	h.inject(arpReply(peerV4))
 	for i := range 3 {
 		p := decode(h.next())
 		e := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
@@ -323,17 +315,15 @@ func TestSendMatchesKernelRxe(t *testing.T) {
 		c.Addrs = []netip.Prefix{netip.PrefixFrom(src, 24)}
 	})
 	// Teach the stack the destination's MAC.
-	h.inject(serialize(t, &layers.Ethernet{SrcMAC: g[0:6], DstMAC: srcMAC, EthernetType: layers.EthernetTypeARP}, &layers.ARP{
-		AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-		Operation: layers.ARPRequest, SourceHwAddress: g[0:6], SourceProtAddress: dst.AsSlice(),
-		DstHwAddress: make([]byte, 6), DstProtAddress: src.AsSlice()}))
+	h.inject(arpFrame(srcMAC, g[0:6], header.ARPFields{Op: header.ARPRequest,
+		SenderMAC: [6]byte(g[0:6]), SenderIP: dst.As4(), TargetIP: src.As4()}))
 	h.next() // our ARP reply
 
 	want := append([]byte(nil), g[:14+len(gip)]...)
 	wip := want[14:]
 	wip[4], wip[5] = 0, 0
 	wip[10], wip[11] = 0, 0
-	binary.BigEndian.PutUint16(wip[10:], wire.Checksum(wip[:20]))
+	binary.BigEndian.PutUint16(wip[10:], header.Checksum(wip[:20]))
 	if err := wire.PutICRC(wip); err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +340,7 @@ func TestSendMatchesKernelRxe(t *testing.T) {
 		t.Fatalf("frame differs from kernel rxe's:\n got % x\nwant % x", got, want)
 	}
 	ip := decode(got).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-	if ip.Flags != layers.IPv4DontFragment || ip.Id != 0 || ip.TTL != gip[8] || ip.IHL != 5 || wire.Checksum(got[14:34]) != 0 {
+	if ip.Flags != layers.IPv4DontFragment || ip.Id != 0 || ip.TTL != gip[8] || ip.IHL != 5 || header.Checksum(got[14:34]) != 0 {
 		t.Fatalf("IPv4 header %+v", ip)
 	}
 	if u := decode(got).Layer(layers.LayerTypeUDP).(*layers.UDP); u.Checksum != 0 || int(u.Length) != 8+len(tp) {

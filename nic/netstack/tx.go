@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -16,8 +17,8 @@ const (
 	RoCEPort = 4791
 	// HeaderLenIPv4 and HeaderLenIPv6 are the bytes Send writes in front of
 	// a transport packet: Ethernet + IP + UDP.
-	HeaderLenIPv4 = link.EthernetHeaderLen + wire.IPv4HeaderLen + wire.UDPHeaderLen // 42
-	HeaderLenIPv6 = link.EthernetHeaderLen + wire.IPv6HeaderLen + wire.UDPHeaderLen // 62
+	HeaderLenIPv4 = link.EthernetHeaderLen + header.IPv4HeaderLen + header.UDPHeaderLen // 42
+	HeaderLenIPv6 = link.EthernetHeaderLen + header.IPv6HeaderLen + header.UDPHeaderLen // 62
 	// Headroom is enough room for either family; leave it in front of
 	// every transport packet.
 	Headroom = HeaderLenIPv6
@@ -202,15 +203,15 @@ func (s *Stack) build(p *TxPacket, set *addrSet) ([]byte, error) {
 	if src.Is4() != dst.Is4() {
 		return nil, fmt.Errorf("%w: %v and %v differ in family", ErrBadDest, src, dst)
 	}
-	ipLen := wire.IPv6HeaderLen
+	ipLen := header.IPv6HeaderLen
 	if dst.Is4() {
-		ipLen = wire.IPv4HeaderLen
+		ipLen = header.IPv4HeaderLen
 	}
-	hdr := link.EthernetHeaderLen + ipLen + wire.UDPHeaderLen
+	hdr := link.EthernetHeaderLen + ipLen + header.UDPHeaderLen
 	if p.Offset < hdr {
 		return nil, ErrNoHeadroom
 	}
-	ipTotal := ipLen + wire.UDPHeaderLen + len(tp)
+	ipTotal := ipLen + header.UDPHeaderLen + len(tp)
 	if mtu := s.link.MTU(); ipTotal > mtu { // the link follows its interface's
 		s.ctr.TxTooBig.Add(1)
 		return nil, fmt.Errorf("%w: %d > %d", ErrTooBig, ipTotal, mtu)
@@ -223,22 +224,22 @@ func (s *Stack) build(p *TxPacket, set *addrSet) ([]byte, error) {
 	copy(f[6:12], s.mac[:])
 	ip := f[link.EthernetHeaderLen:]
 	if dst.Is4() {
-		binary.BigEndian.PutUint16(f[12:], 0x0800)
-		wire.IPv4(ip).Encode(&wire.IPv4Fields{TOS: d.TrafficClass, TotalLen: uint16(ipTotal),
-			Flags: wire.IPv4DontFragment, TTL: hop, Protocol: wire.IPProtoUDP, Src: src.As4(), Dst: dst.As4()})
+		binary.BigEndian.PutUint16(f[12:], header.EtherTypeIPv4)
+		header.IPv4(ip).Encode(&header.IPv4Fields{TOS: d.TrafficClass, TotalLen: uint16(ipTotal),
+			Flags: header.IPv4DontFragment, TTL: hop, Protocol: header.IPProtoUDP, Src: src.As4(), Dst: dst.As4()})
 	} else {
-		binary.BigEndian.PutUint16(f[12:], 0x86dd)
-		wire.IPv6(ip).Encode(&wire.IPv6Fields{TrafficClass: d.TrafficClass, FlowLabel: d.FlowLabel,
-			PayloadLen: uint16(wire.UDPHeaderLen + len(tp)), NextHeader: wire.IPProtoUDP, HopLimit: hop,
+		binary.BigEndian.PutUint16(f[12:], header.EtherTypeIPv6)
+		header.IPv6(ip).Encode(&header.IPv6Fields{TrafficClass: d.TrafficClass, FlowLabel: d.FlowLabel,
+			PayloadLen: uint16(header.UDPHeaderLen + len(tp)), NextHeader: header.IPProtoUDP, HopLimit: hop,
 			Src: src.As16(), Dst: dst.As16()})
 	}
-	udp := wire.UDP(ip[ipLen:])
-	udp.Encode(d.SrcPort, RoCEPort, uint16(wire.UDPHeaderLen+len(tp)))
+	udp := header.UDP(ip[ipLen:])
+	udp.Encode(d.SrcPort, RoCEPort, uint16(header.UDPHeaderLen+len(tp)))
 	if err := wire.PutICRC(ip[:ipTotal]); err != nil {
 		return nil, err
 	}
 	if dst.Is6() && !s.cfg.ZeroUDP6Checksum {
-		udp.SetChecksum(wire.UDPChecksum(src, dst, udp[:wire.UDPHeaderLen+len(tp)]))
+		udp.SetChecksum(header.UDPChecksum(src, dst, udp[:header.UDPHeaderLen+len(tp)]))
 	}
 	return f[:link.EthernetHeaderLen+ipTotal], nil
 }

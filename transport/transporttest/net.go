@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
 	"github.com/vrnic/vrnicd/transport/wire"
@@ -150,7 +151,7 @@ func (nd *Node) AV(peer *Node) transport.AddressVector {
 // the headroom, seals the ICRC and puts the frame on the wire.
 type output Node
 
-const headroom = wire.IPv4HeaderLen + wire.UDPHeaderLen
+const headroom = header.IPv4HeaderLen + header.UDPHeaderLen
 
 func (o *output) Headroom() int      { return headroom }
 func (o *output) Alloc(n int) []byte { return o.Net.alloc(headroom + n) }
@@ -176,9 +177,9 @@ func (o *output) Send(pkts []transport.TxPacket) {
 // BTH at ip[headroom:].
 func buildIPv4UDP(ip []byte, src, dst [16]byte, ttl, tos uint8, sport uint16) {
 	n := len(ip)
-	wire.IPv4(ip).Encode(&wire.IPv4Fields{TOS: tos, TotalLen: uint16(n), Flags: wire.IPv4DontFragment,
-		TTL: ttl, Protocol: wire.IPProtoUDP, Src: [4]byte(src[12:]), Dst: [4]byte(dst[12:])})
-	wire.UDP(ip[wire.IPv4HeaderLen:]).Encode(sport, wire.RoCEv2Port, uint16(n-wire.IPv4HeaderLen))
+	header.IPv4(ip).Encode(&header.IPv4Fields{TOS: tos, TotalLen: uint16(n), Flags: header.IPv4DontFragment,
+		TTL: ttl, Protocol: header.IPProtoUDP, Src: [4]byte(src[12:]), Dst: [4]byte(dst[12:])})
+	header.UDP(ip[header.IPv4HeaderLen:]).Encode(sport, wire.RoCEv2Port, uint16(n-header.IPv4HeaderLen))
 }
 
 func (n *Net) put(f *Frame) {
@@ -271,7 +272,7 @@ func (n *Net) deliver(f *Frame) {
 	}
 	rx.SrcGID = f.From.GID
 	rx.DstGID = to.GID
-	rx.IPHeader = f.IP[:wire.IPv4HeaderLen]
+	rx.IPHeader = f.IP[:header.IPv4HeaderLen]
 	rx.SrcPort = binary.BigEndian.Uint16(f.IP[20:])
 	q := to.QPs[rx.BTH.DestQP()]
 	if q == nil {

@@ -4,19 +4,21 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // packet4K builds an IPv4 RC_RDMA_WRITE_MIDDLE packet with 4096 bytes of payload.
 func packet4K() []byte {
 	const payload = 4096
-	n := IPv4HeaderLen + UDPHeaderLen + BTHLen + payload + ICRCLen
+	n := header.IPv4HeaderLen + header.UDPHeaderLen + BTHLen + payload + ICRCLen
 	ip := make([]byte, n)
 	ip[0] = 0x45
 	binary.BigEndian.PutUint16(ip[2:], uint16(n))
 	ip[8], ip[9] = 64, 17
 	copy(ip[12:], []byte{192, 0, 2, 1, 192, 0, 2, 2})
 	binary.BigEndian.PutUint16(ip[22:], RoCEv2Port)
-	binary.BigEndian.PutUint16(ip[24:], uint16(n-IPv4HeaderLen))
+	binary.BigEndian.PutUint16(ip[24:], uint16(n-header.IPv4HeaderLen))
 	BTH(ip[28:]).Encode(&BTHFields{Opcode: RCRDMAWriteMiddle, PKey: DefaultPKey, DestQP: 0x11, PSN: 7})
 	for i := range payload {
 		ip[40+i] = byte(i)

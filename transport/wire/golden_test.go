@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/pcapgo"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // goldenDir holds captures made by kernel rxe (Linux 6.1, real ICRCs),
@@ -64,19 +66,19 @@ func splitFrame(f []byte) (ip, roce []byte, ok bool) {
 	ip = f[off:]
 	var udp []byte
 	switch {
-	case et == 0x0800 && len(ip) >= IPv4HeaderLen && ip[9] == 17:
+	case et == 0x0800 && len(ip) >= header.IPv4HeaderLen && ip[9] == 17:
 		ip = ip[:binary.BigEndian.Uint16(ip[2:])]
 		udp = ip[int(ip[0]&0xf)*4:]
-	case et == 0x86dd && len(ip) >= IPv6HeaderLen && ip[6] == 17:
-		ip = ip[:IPv6HeaderLen+int(binary.BigEndian.Uint16(ip[4:]))]
-		udp = ip[IPv6HeaderLen:]
+	case et == 0x86dd && len(ip) >= header.IPv6HeaderLen && ip[6] == 17:
+		ip = ip[:header.IPv6HeaderLen+int(binary.BigEndian.Uint16(ip[4:]))]
+		udp = ip[header.IPv6HeaderLen:]
 	default:
 		return nil, nil, false
 	}
-	if len(udp) < UDPHeaderLen || binary.BigEndian.Uint16(udp[2:]) != RoCEv2Port {
+	if len(udp) < header.UDPHeaderLen || binary.BigEndian.Uint16(udp[2:]) != RoCEv2Port {
 		return nil, nil, false
 	}
-	return ip, udp[UDPHeaderLen:], true
+	return ip, udp[header.UDPHeaderLen:], true
 }
 
 func goldenFiles(t testing.TB) []string {
@@ -162,18 +164,18 @@ func TestGoldenCopiesMatchShared(t *testing.T) {
 // masked reports whether bit i of ip's covered region is a variant field
 // that the ICRC masks (so flipping it must not change the ICRC).
 func masked(ip []byte, byteIdx int, bit uint) bool {
-	ipLen := IPv4HeaderLen
+	ipLen := header.IPv4HeaderLen
 	if ip[0]>>4 == 6 {
-		ipLen = IPv6HeaderLen
+		ipLen = header.IPv6HeaderLen
 	}
 	switch {
-	case ipLen == IPv4HeaderLen && (byteIdx == 1 || byteIdx == 8 || byteIdx == 10 || byteIdx == 11):
+	case ipLen == header.IPv4HeaderLen && (byteIdx == 1 || byteIdx == 8 || byteIdx == 10 || byteIdx == 11):
 		return true
-	case ipLen == IPv6HeaderLen && (byteIdx == 0 && bit < 4 || byteIdx >= 1 && byteIdx <= 3 || byteIdx == 7):
+	case ipLen == header.IPv6HeaderLen && (byteIdx == 0 && bit < 4 || byteIdx >= 1 && byteIdx <= 3 || byteIdx == 7):
 		return true
 	case byteIdx == ipLen+6 || byteIdx == ipLen+7: // UDP checksum
 		return true
-	case byteIdx == ipLen+UDPHeaderLen+4: // BTH resv8a
+	case byteIdx == ipLen+header.UDPHeaderLen+4: // BTH resv8a
 		return true
 	}
 	return false

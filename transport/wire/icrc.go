@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // Errors of the ICRC functions.
@@ -12,12 +14,6 @@ var (
 	ErrIPVersion   = errors.New("wire: not an IPv4 or IPv6 packet")
 	ErrIPOptions   = errors.New("wire: IPv4 header with options (RoCEv2 ICRC does not cover them)")
 	ErrBadICRC     = errors.New("wire: ICRC mismatch")
-)
-
-const (
-	IPv4HeaderLen = 20
-	IPv6HeaderLen = 40
-	UDPHeaderLen  = 8
 )
 
 // lrhCRC is the CRC state after the 8 bytes of 1s that stand in for the IB
@@ -44,19 +40,19 @@ func ICRC(ip []byte) (uint32, error) {
 		if ip[0]&0x0f != 5 {
 			return 0, ErrIPOptions
 		}
-		ipLen = IPv4HeaderLen
+		ipLen = header.IPv4HeaderLen
 	case 6:
-		ipLen = IPv6HeaderLen
+		ipLen = header.IPv6HeaderLen
 	default:
 		return 0, ErrIPVersion
 	}
-	if len(ip) < ipLen+UDPHeaderLen+BTHLen+ICRCLen {
+	if len(ip) < ipLen+header.UDPHeaderLen+BTHLen+ICRCLen {
 		return 0, ErrShortPacket
 	}
 	udp := ipLen
-	bth := ipLen + UDPHeaderLen
+	bth := ipLen + header.UDPHeaderLen
 	var saved [8]byte
-	if ipLen == IPv4HeaderLen {
+	if ipLen == header.IPv4HeaderLen {
 		saved[0], saved[1], saved[2], saved[3] = ip[1], ip[8], ip[10], ip[11]
 		ip[1], ip[8], ip[10], ip[11] = 0xff, 0xff, 0xff, 0xff
 	} else {
@@ -69,7 +65,7 @@ func ICRC(ip []byte) (uint32, error) {
 
 	crc := crc32.Update(lrhCRC, crc32.IEEETable, ip[:len(ip)-ICRCLen])
 
-	if ipLen == IPv4HeaderLen {
+	if ipLen == header.IPv4HeaderLen {
 		ip[1], ip[8], ip[10], ip[11] = saved[0], saved[1], saved[2], saved[3]
 	} else {
 		ip[0], ip[1], ip[2], ip[3], ip[7] = saved[0], saved[1], saved[2], saved[3], saved[4]

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/hex"
 	"testing"
+
+	"github.com/vrnic/vrnicd/header"
 )
 
 // Hand-built packets with known fields. The bytes and the ICRC values were
@@ -62,11 +64,11 @@ func TestHandBuiltFixtures(t *testing.T) {
 			if err := VerifyICRC(ip); err != nil {
 				t.Fatal(err)
 			}
-			off := IPv4HeaderLen
+			off := header.IPv4HeaderLen
 			if ip[0]>>4 == 6 {
-				off = IPv6HeaderLen
+				off = header.IPv6HeaderLen
 			}
-			off += UDPHeaderLen
+			off += header.UDPHeaderLen
 			var p Packet
 			if err := p.Parse(ip[off:]); err != nil {
 				t.Fatal(err)
@@ -96,7 +98,7 @@ func TestHandBuiltFixtures(t *testing.T) {
 
 func TestParseRejectsMalformed(t *testing.T) {
 	good, _ := hex.DecodeString(fixtures[0].hex)
-	roce := good[IPv4HeaderLen+UDPHeaderLen:]
+	roce := good[header.IPv4HeaderLen+header.UDPHeaderLen:]
 	tests := []struct {
 		name string
 		b    []byte
@@ -300,7 +302,7 @@ func TestHeaderViewsRoundTrip(t *testing.T) {
 
 func TestHotPathDoesNotAllocate(t *testing.T) {
 	ip, _ := hex.DecodeString(fixtures[0].hex)
-	roce := ip[IPv4HeaderLen+UDPHeaderLen:]
+	roce := ip[header.IPv4HeaderLen+header.UDPHeaderLen:]
 	var p Packet
 	allocs := testing.AllocsPerRun(100, func() {
 		_ = p.Parse(roce)

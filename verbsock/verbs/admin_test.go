@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/server"
@@ -66,7 +67,7 @@ func counterOf(t *testing.T, c interface{ Counter(string) (uint64, bool) }, name
 func listQPsAfterWrite(t *testing.T, other *verbs.Device, a, b *side) {
 	t.Helper()
 	var qa, qb verbs.QPInfo
-	waitFor(t, "PSNs published", func() bool {
+	linktest.WaitFor(t, "PSNs published", waitLimit, waitPoll, func() bool {
 		qs, err := other.ListQPs()
 		if err != nil {
 			t.Fatal(err)

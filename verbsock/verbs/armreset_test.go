@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
@@ -184,7 +185,7 @@ func TestHostileSRQOverPost(t *testing.T) {
 	}
 	m := verbs.SRQRing(srq)
 	// The daemon's drain re-arms the doorbell once it has read them all.
-	waitFor(t, "the SRQ drain", func() bool { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&m[192]))) == 1 })
+	linktest.WaitFor(t, "the SRQ drain", waitLimit, waitPoll, func() bool { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&m[192]))) == 1 })
 	store64(m, offProd, uint64(2*attr.MaxWR)) // a second ring's worth, no slot handed back
 	verbs.RingSRQBell(srq)
 	waitEvent(t, d, verbs.EventSRQErr, nil)

@@ -49,18 +49,16 @@ func (e *env) dial(srv *server.Server) *verbs.Device {
 func (e *env) client() *verbs.Device     { return e.dial(e.srv) }
 func (e *env) peerClient() *verbs.Device { return e.dial(e.psrv) }
 
-// waitFor polls until cond holds or 10 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	linktest.WaitFor(t, what, 10*time.Second, 100*time.Microsecond, cond)
-}
+// How long the tests wait for a condition (linktest.WaitFor), looking
+// every waitPoll: completions come within microseconds.
+const waitLimit, waitPoll = 10 * time.Second, 100 * time.Microsecond
 
 // pollN polls cq until n completions have arrived.
 func pollN(t testing.TB, cq *verbs.CQ, n int) []verbs.WC {
 	t.Helper()
 	out := make([]verbs.WC, 0, n)
 	buf := make([]verbs.WC, 16)
-	waitFor(t, "completions", func() bool {
+	linktest.WaitFor(t, "completions", waitLimit, waitPoll, func() bool {
 		k := cq.Poll(buf[:min(len(buf), n-len(out))])
 		out = append(out, buf[:k]...)
 		return len(out) >= n

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/ring"
 	"github.com/vrnic/vrnicd/verbsock/server"
@@ -103,7 +104,7 @@ func TestHostileSendQueue(t *testing.T) {
 	store64(verbs.SQRing(g.qp), offProd, 1<<20)
 	verbs.RingBell(g.qp)
 	waitEvent(t, d, verbs.EventQPFatal, func(ev verbs.AsyncEvent) bool { return ev.QP == g.qp })
-	waitFor(t, "QP in ERR", func() bool {
+	linktest.WaitFor(t, "QP in ERR", waitLimit, waitPoll, func() bool {
 		attr, _, err := g.qp.Query()
 		return err == nil && attr.State == verbs.QPStateErr
 	})
@@ -198,7 +199,7 @@ func TestDisconnectDestroysEverything(t *testing.T) {
 		t.Fatal("no shared mappings while the client is connected")
 	}
 	d.Close()
-	waitFor(t, "client gone from the server", func() bool { return e.srv.Clients() == 0 })
+	linktest.WaitFor(t, "client gone from the server", waitLimit, waitPoll, func() bool { return e.srv.Clients() == 0 })
 	if n := len(e.host.Dev.QPs()); n != 0 {
 		t.Fatalf("%d QPs left on the device", n)
 	}
@@ -251,7 +252,7 @@ func TestClientProcessDies(t *testing.T) {
 	if !strings.Contains(got, "READY") {
 		t.Fatalf("helper client did not get ready: %q", got)
 	}
-	waitFor(t, "helper's QPs", func() bool { return len(e.host.Dev.QPs()) == 2 })
+	linktest.WaitFor(t, "helper's QPs", waitLimit, waitPoll, func() bool { return len(e.host.Dev.QPs()) == 2 })
 	for _, q := range e.host.Dev.QPs() {
 		if q.Owner != cmd.Process.Pid {
 			t.Errorf("QP %#x owner %d, want the helper's pid %d", q.QPN, q.Owner, cmd.Process.Pid)
@@ -261,7 +262,7 @@ func TestClientProcessDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	waitFor(t, "dead client's QPs destroyed", func() bool { return len(e.host.Dev.QPs()) == 0 && e.srv.Clients() == 0 })
+	linktest.WaitFor(t, "dead client's QPs destroyed", waitLimit, waitPoll, func() bool { return len(e.host.Dev.QPs()) == 0 && e.srv.Clients() == 0 })
 }
 
 // TestHelperClientProcess is the client of TestClientProcessDies (it does

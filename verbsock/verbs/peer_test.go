@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"testing"
 
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
@@ -25,7 +26,7 @@ func TestTwoDaemonsAndPeerDisconnect(t *testing.T) {
 		t.Fatalf("write across: %+v", wc)
 	}
 	db.Close()
-	waitFor(t, "peer QP destroyed", func() bool { return len(e.peer.Dev.QPs()) == 0 })
+	linktest.WaitFor(t, "peer QP destroyed", waitLimit, waitPoll, func() bool { return len(e.peer.Dev.QPs()) == 0 })
 	// The peer's device answers nothing for that QPN now: a's retries run
 	// out (timeout 14 ≈ 67 ms, retry_cnt 7).
 	if err := a.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,

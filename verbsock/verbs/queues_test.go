@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
@@ -22,7 +23,7 @@ func TestResizeCQKeepsCompletions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "completions in the ring, unpolled", func() bool { return verbs.CQPending(a.scq) == 5 })
+	linktest.WaitFor(t, "completions in the ring, unpolled", waitLimit, waitPoll, func() bool { return verbs.CQPending(a.scq) == 5 })
 	if err := a.scq.Resize(1024); err != nil {
 		t.Fatal(err)
 	}

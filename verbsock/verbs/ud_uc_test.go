@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/verbsock"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
@@ -85,7 +86,7 @@ func TestUCWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollN(t, a.scq, 1)
-	waitFor(t, "UC write data", func() bool { return bytes.Equal(b.buf.Bytes()[8:6008], a.buf.Bytes()[:6000]) })
+	linktest.WaitFor(t, "UC write data", waitLimit, waitPoll, func() bool { return bytes.Equal(b.buf.Bytes()[8:6008], a.buf.Bytes()[:6000]) })
 	if err := a.qp.PostSend(verbs.SendWR{Opcode: verbs.WRRDMARead}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("READ on UC: %v, want EINVAL", err)
 	}

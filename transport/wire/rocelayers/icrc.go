@@ -8,6 +8,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
 
@@ -55,16 +56,16 @@ func SealFrame(frame []byte) error {
 	if err := wire.PutICRC(ip); err != nil {
 		return err
 	}
-	ipLen, src, dst := wire.IPv4HeaderLen, wire.IPv4(ip).Src(), wire.IPv4(ip).Dst()
+	ipLen, src, dst := header.IPv4HeaderLen, header.IPv4(ip).Src(), header.IPv4(ip).Dst()
 	if ip[0]>>4 == 6 {
-		ipLen, src, dst = wire.IPv6HeaderLen, wire.IPv6(ip).Src(), wire.IPv6(ip).Dst()
+		ipLen, src, dst = header.IPv6HeaderLen, header.IPv6(ip).Src(), header.IPv6(ip).Dst()
 	}
-	udp := wire.UDP(ip[ipLen:])
+	udp := header.UDP(ip[ipLen:])
 	if udp.Checksum() == 0 {
 		return nil
 	}
 	udp.SetChecksum(0)
-	udp.SetChecksum(wire.UDPChecksum(src, dst, udp))
+	udp.SetChecksum(header.UDPChecksum(src, dst, udp))
 	return nil
 }
 
@@ -80,10 +81,10 @@ func framedIP(f []byte) ([]byte, error) {
 	ip := f[off:]
 	var n int
 	switch {
-	case et == uint16(layers.EthernetTypeIPv4) && len(ip) >= wire.IPv4HeaderLen:
-		n = int(wire.IPv4(ip).TotalLen())
-	case et == uint16(layers.EthernetTypeIPv6) && len(ip) >= wire.IPv6HeaderLen:
-		n = wire.IPv6HeaderLen + int(wire.IPv6(ip).PayloadLen())
+	case et == uint16(layers.EthernetTypeIPv4) && len(ip) >= header.IPv4HeaderLen:
+		n = int(header.IPv4(ip).TotalLen())
+	case et == uint16(layers.EthernetTypeIPv6) && len(ip) >= header.IPv6HeaderLen:
+		n = header.IPv6HeaderLen + int(header.IPv6(ip).PayloadLen())
 	default:
 		return nil, fmt.Errorf("%w: EtherType %#04x", ErrNotRoCE, et)
 	}

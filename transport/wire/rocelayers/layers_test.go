@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
 	"github.com/vrnic/vrnicd/transport/wire/rocelayers/mad"
 )
@@ -167,7 +168,9 @@ func TestSealFrame(t *testing.T) {
 	if err := SealFrame(make([]byte, 10)); !errors.Is(err, ErrNotRoCE) {
 		t.Errorf("short frame: %v", err)
 	}
-	arp := serialize(t, gopacket.SerializeOptions{}, &layers.Ethernet{EthernetType: layers.EthernetTypeARP, SrcMAC: make(net.HardwareAddr, 6), DstMAC: make(net.HardwareAddr, 6)}, gopacket.Payload(make([]byte, 28)))
+	arp := make([]byte, header.EthernetHeaderLen+header.ARPLen)
+	header.Ethernet(arp).SetType(header.EtherTypeARP)
+	header.ARP(arp[header.EthernetHeaderLen:]).Encode(&header.ARPFields{Op: header.ARPRequest})
 	if err := SealFrame(arp); !errors.Is(err, ErrNotRoCE) {
 		t.Errorf("ARP frame: %v", err)
 	}

@@ -1,7 +1,8 @@
 // Package rocetest gives tests the golden RoCEv2 captures of testdata/roce
 // (made by kernel rxe, real ICRCs) and the per-packet listing of their
 // README, so decoders are checked against what the capture tooling and
-// tshark saw rather than against numbers copied into each test.
+// tshark saw rather than against numbers copied into each test; and
+// BuildFrame, the one builder of RoCEv2 frames for tests.
 package rocetest
 
 import (

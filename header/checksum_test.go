@@ -1,4 +1,4 @@
-package wire
+package header
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package wire
+package header
 
 import (
 	"encoding/binary"
@@ -10,6 +10,14 @@ const (
 	IPProtoICMP   = 1
 	IPProtoUDP    = 17
 	IPProtoICMPv6 = 58
+)
+
+// Header sizes: IPv4 without options, IPv6 without extension headers
+// (the only ones RoCEv2's ICRC covers), UDP.
+const (
+	IPv4HeaderLen = 20
+	IPv6HeaderLen = 40
+	UDPHeaderLen  = 8
 )
 
 // IPv4 header fields (RFC 791 §3.1).
