@@ -31,7 +31,7 @@ type worker struct {
 	done chan struct{}
 
 	// ws is the worker's one sleep: the link it reads itself, if any
-	// (attachPoller), and the doorbells of the QPs it owns. Anyone who
+	// (attachPoller), and the doorbells of the QPs and SRQs it owns. Anyone who
 	// queues work while the worker sleeps there wakes it (signal).
 	ws       *link.WaitSet
 	sleeping atomic.Bool
@@ -47,6 +47,8 @@ type worker struct {
 	linkFD     int                       // rcv's descriptor in ws, -1: none
 	onErr      func(error)               // the link failed
 	bells      map[int]*QP               // doorbell descriptor -> its QP
+	srqBells   map[int]*srqBell          // doorbell descriptor -> its SRQ's (srq.go)
+	srqPending []*srqBell                // SRQs whose ring is drained next pass
 	stopped    bool                      // the loop has ended (read after done)
 	rx         []*rxItem
 	rdy        []*QP
@@ -76,7 +78,7 @@ func newWorker(d *Device) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, stop: make(chan struct{}), done: make(chan struct{}),
+	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, srqBells: map[int]*srqBell{}, stop: make(chan struct{}), done: make(chan struct{}),
 		timers: clock.NewHeap(func(q *QP) *clock.Slot { return &q.wake })}
 	w.deliverFn = w.deliver
 	w.env = d.env
@@ -174,7 +176,8 @@ func (w *worker) yieldToCallers() {
 // look gathers one round's work without waiting: what is queued for the
 // worker, due timers, the link's ready frames (given to the engine at
 // once), posts on the rings it polls and, at most every bellInterval, the
-// doorbells of the others. It reports whether there is anything to run.
+// doorbells of the others (QPs' and SRQs'). It reports whether there is
+// anything to run.
 func (w *worker) look() bool {
 	took := w.take()
 	if w.pollLink() > 0 {
@@ -186,7 +189,7 @@ func (w *worker) look() bool {
 	if w.bellsDue(nanotime()) {
 		w.pollBells()
 	}
-	return took || len(w.dirty) > 0
+	return took || len(w.dirty) > 0 || len(w.srqPending) > 0
 }
 
 // attachPoller makes the worker read the link itself, asleep on it in its
@@ -287,8 +290,10 @@ func (w *worker) sync() {
 	w.run(call{f: func() {}})
 }
 
-// pass runs one round: calls, received packets, doorbells, due timers, the
-// QPs all of them touched, then one batch of frames to the link.
+// pass runs one round: calls, SRQ rings whose doorbell rang (before the
+// received packets that may need their receives), received packets,
+// doorbells, due timers, the QPs all of them touched, then one batch of
+// frames to the link.
 func (w *worker) pass() {
 	for _, c := range w.cl {
 		c.f()
@@ -299,6 +304,7 @@ func (w *worker) pass() {
 		w.ran = true
 	}
 	clear(w.cl)
+	w.postSRQs()
 	w.handleRx()
 	for _, q := range w.rdy {
 		q.inReady.Store(false) // before the flags: a later notify queues q again

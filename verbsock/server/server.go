@@ -42,6 +42,7 @@ type Device interface {
 	GIDs() *gid.Table
 	CreateQP(cfg nic.QPConfig) (*nic.QP, error)
 	CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*transport.SRQ, error)
+	WatchSRQ(s *transport.SRQ, bell nic.Doorbell, post func(max int) (more bool)) error
 	DestroySRQ(s *transport.SRQ) error
 	ResolveAH(av *transport.AddressVector) error
 	AttachMcast(q *nic.QP, mgid gid.GID) error
