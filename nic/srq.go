@@ -3,6 +3,8 @@ package nic
 import (
 	"fmt"
 
+	"sync/atomic"
+
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
 )
@@ -25,9 +27,8 @@ type srqBell struct {
 	bell Doorbell
 	post func(max int) (more bool)
 
-	// Worker-owned.
-	pending bool // in w.srqPending: post runs in the next pass
-	gone    bool // DestroySRQ: post never runs again
+	queued atomic.Bool // in w.srqReady: post runs in the worker's next pass
+	gone   bool        // DestroySRQ: post never runs again (w's)
 }
 
 // CreateSRQ makes a shared receive queue in pd.
@@ -62,7 +63,9 @@ func (d *Device) CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*tr
 // owns s sleeps on it and, when it rings, calls post in its next passes
 // until post reports no more: post moves at most max posted receives from
 // the ring into s and reports whether the ring may hold more (it stopped
-// at max). WatchSRQ takes the doorbell over: DestroySRQ closes it, or
+// at max). The workers of s's QPs call post too, before each request
+// (drainRecv), so post serialises itself; a QP sees it only if made after
+// WatchSRQ. WatchSRQ takes the doorbell over: DestroySRQ closes it, or
 // WatchSRQ at once if it fails.
 //
 // The SRQ's worker is the one its SRQN maps to, as a QP's is by QPN: its
@@ -139,12 +142,12 @@ func (w *worker) addSRQBell(b *srqBell) error {
 	return nil
 }
 
-// ringSRQ is b's doorbell found ready: its ring is drained in this pass.
+// ringSRQ is b's doorbell found ready: its ring is drained in the next
+// pass.
 func (w *worker) ringSRQ(fd int, b *srqBell) {
 	n, closed, err := b.bell.Drain()
-	if n > 0 && !b.pending {
-		b.pending = true
-		w.srqPending = append(w.srqPending, b)
+	if n > 0 {
+		w.queueSRQ(b)
 	}
 	if closed || err != nil {
 		// As for a QP's (ring): the SRQ stays; only its wake-ups stop.
@@ -153,20 +156,38 @@ func (w *worker) ringSRQ(fd int, b *srqBell) {
 	}
 }
 
-// postSRQs moves receives from the rings of the SRQs whose doorbell rang
-// into them, at most maxSRQPosts each; an SRQ whose ring may hold more
-// stays pending for the next pass (the client was not asked to ring).
-func (w *worker) postSRQs() {
-	keep := w.srqPending[:0]
-	for _, b := range w.srqPending {
-		if !b.gone && b.post(maxSRQPosts) {
-			keep = append(keep, b)
-			continue
-		}
-		b.pending = false
+// queueSRQ has b's ring drained in the worker's next pass (from any
+// goroutine; b is this worker's).
+func (w *worker) queueSRQ(b *srqBell) {
+	if !b.queued.CompareAndSwap(false, true) {
+		return
 	}
-	clear(w.srqPending[len(keep):])
-	w.srqPending = keep
+	w.mu.Lock()
+	w.srqReady = append(w.srqReady, b)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// postSRQs moves receives from the rings of the SRQs queued for this pass
+// into them, at most maxSRQPosts each; an SRQ whose ring may hold more is
+// queued again, for the next pass (the client was not asked to ring).
+func (w *worker) postSRQs() {
+	for _, b := range w.srqRdy {
+		b.queued.Store(false) // before post: a ring meanwhile queues it again
+		if !b.gone && b.post(maxSRQPosts) {
+			w.queueSRQ(b)
+		}
+	}
+	clear(w.srqRdy)
+}
+
+// postBefore is drainRecv for a QP of the SRQ, on the QP's worker, before
+// a request: the SRQ's post serialises itself with its worker's. What is
+// left past maxSRQPosts is its worker's to move.
+func (b *srqBell) postBefore() {
+	if b.post(maxSRQPosts) {
+		b.w.queueSRQ(b)
+	}
 }
 
 // dropSRQBell stops watching b's doorbell and closes it (on the worker,

@@ -36,10 +36,11 @@ type worker struct {
 	ws       *link.WaitSet
 	sleeping atomic.Bool
 
-	mu    sync.Mutex
-	inbox []*rxItem // +checklocks:mu
-	ready []*QP     // +checklocks:mu
-	calls []call    // +checklocks:mu
+	mu       sync.Mutex
+	inbox    []*rxItem  // +checklocks:mu
+	ready    []*QP      // +checklocks:mu
+	calls    []call     // +checklocks:mu
+	srqReady []*srqBell // +checklocks:mu
 
 	// Owned by the worker goroutine.
 	rcv        *netstack.RxPoller        // the link it reads, nil: none
@@ -48,7 +49,7 @@ type worker struct {
 	onErr      func(error)               // the link failed
 	bells      map[int]*QP               // doorbell descriptor -> its QP
 	srqBells   map[int]*srqBell          // doorbell descriptor -> its SRQ's (srq.go)
-	srqPending []*srqBell                // SRQs whose ring is drained next pass
+	srqRdy     []*srqBell                // SRQs whose ring this pass drains (srq.go)
 	stopped    bool                      // the loop has ended (read after done)
 	rx         []*rxItem
 	rdy        []*QP
@@ -189,7 +190,7 @@ func (w *worker) look() bool {
 	if w.bellsDue(nanotime()) {
 		w.pollBells()
 	}
-	return took || len(w.dirty) > 0 || len(w.srqPending) > 0
+	return took || len(w.dirty) > 0
 }
 
 // attachPoller makes the worker read the link itself, asleep on it in its
@@ -268,7 +269,7 @@ func (w *worker) linkFailed(err error) {
 func (w *worker) queued() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.inbox)+len(w.ready)+len(w.calls) > 0
+	return len(w.inbox)+len(w.ready)+len(w.calls)+len(w.srqReady) > 0
 }
 
 // take swaps the queues for the worker's own buffers; false: nothing queued
@@ -278,8 +279,9 @@ func (w *worker) take() bool {
 	w.rx, w.inbox = w.inbox, w.rx[:0]
 	w.rdy, w.ready = w.ready, w.rdy[:0]
 	w.cl, w.calls = w.calls, w.cl[:0]
+	w.srqRdy, w.srqReady = w.srqReady, w.srqRdy[:0]
 	w.mu.Unlock()
-	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.Due(w.d.clock.Now())
+	return len(w.rx)+len(w.rdy)+len(w.cl)+len(w.srqRdy) > 0 || w.timers.Due(w.d.clock.Now())
 }
 
 // sync returns once the worker has finished every pass that took what was
