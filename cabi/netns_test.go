@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/vrnic/vrnicd/nic/link/linktest"
-	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // realDaemons runs two vrnicd processes in raw mode on the two ends of a
@@ -58,7 +57,6 @@ func startVrnicd(t *testing.T, bin, lib, dir string, ns *linktest.NS, iface stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		checkStallKicks(t, sock)
 		_ = cmd.Process.Kill() // by PID: ours
 		_ = cmd.Wait()
 		log.Close()
@@ -79,46 +77,6 @@ func startVrnicd(t *testing.T, bin, lib, dir string, ns *linktest.NS, iface stri
 		time.Sleep(50 * time.Millisecond)
 	}
 	return tool{lib, sock, ns.Name}
-}
-
-// checkStallKicks fails the test if the daemon on sock had its stall
-// sweeper wake a send queue (stall_kicks): a wake-up the datapath lost.
-// A daemon that does not answer is only logged.
-func checkStallKicks(t *testing.T, sock string) {
-	ch := make(chan error, 1)
-	var n uint64
-	go func() {
-		d, err := verbs.Open(sock)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer d.Close()
-		st, err := d.Stats()
-		if err != nil {
-			ch <- err
-			return
-		}
-		for _, c := range st.Device {
-			if c.Name == "stall_kicks" {
-				n = c.Value
-				ch <- nil
-				return
-			}
-		}
-		ch <- fmt.Errorf("no device counter stall_kicks")
-	}()
-	select {
-	case err := <-ch:
-		switch {
-		case err != nil:
-			t.Logf("vrnicd on %s: stall_kicks not read: %v", sock, err)
-		case n > 0:
-			t.Errorf("vrnicd on %s: the stall sweeper woke %d send queues: a wake-up was lost", sock, n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Logf("vrnicd on %s: stall_kicks not read in 5 s", sock)
-	}
 }
 
 // Debian's programs on vrnicd processes over a real link: what a user runs.

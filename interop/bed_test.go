@@ -262,23 +262,6 @@ func startDaemon(t testing.TB, n *rxepeer.Netns, name, cidr string, mtu int) *da
 			t.Logf("vrnicd %s log (tail):\n%s", name, tailLines(d.proc.stderr.String(), 30))
 		}
 	})
-	t.Cleanup(func() {
-		// Before the process is killed and its log shown (cleanups run
-		// last first): the stall sweeper had to wake no send queue, or a
-		// wake-up was lost.
-		if d.proc.exited() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := d.counters(ctx)
-		switch {
-		case err != nil:
-			t.Logf("vrnicd %s: stall_kicks not read: %v", name, err)
-		case c["stall_kicks"] > 0:
-			t.Errorf("vrnicd %s: the stall sweeper woke %d send queues: a wake-up was lost", name, c["stall_kicks"])
-		}
-	})
 	d.gidIPv4, d.gidLL = -1, -1
 	gids, _ := d.ready["gids"].(string)
 	for _, e := range strings.Fields(gids) {

@@ -285,10 +285,7 @@ func (d *daemon) startMetrics(srv connServer) error {
 		return nil
 	}
 	m, err := startMetrics(d.cfg.Metrics, metrics.Source{Device: d.dev, Port: d.portCounters,
-		Daemon: func(yield func(string, uint64)) {
-			d.daemonCounters(yield)
-			yield("stall_kicks", srv.SweepKicks()) // as in query_stats' device counters
-		}, Clients: srv.Clients, Objects: srv.Objects,
+		Daemon: d.daemonCounters, Clients: srv.Clients, Objects: srv.Objects,
 		Impaired: func() bool { _, on := d.st.Impairment(); return on }}, d.log)
 	if err != nil {
 		return err

@@ -117,7 +117,7 @@ func TestMetrics(t *testing.T) {
 		"vrnicd_out_of_seq_request_total", "vrnicd_rcvd_rnr_err_total", "vrnicd_send_rnr_err_total",
 		"vrnicd_rcvd_seq_err_total", "vrnicd_retry_exceeded_err_total", "vrnicd_retry_rnr_exceeded_err_total",
 		"vrnicd_completer_retry_err_total", "vrnicd_send_err_total", "vrnicd_icrc_errors_total",
-		"vrnicd_port_frames_in_total", "vrnicd_port_roce_out_total", "vrnicd_stall_kicks_total"} {
+		"vrnicd_port_frames_in_total", "vrnicd_port_roce_out_total"} {
 		mf := before[name]
 		if mf == nil || mf.GetType() != dto.MetricType_COUNTER {
 			t.Errorf("%s: missing or not a counter: %v", name, mf)

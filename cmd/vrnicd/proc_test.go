@@ -15,7 +15,6 @@ import (
 
 	"github.com/vrnic/vrnicd/cmd/proctest"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
-	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // The tests below run the real binaries, built once per test run.
@@ -145,7 +144,6 @@ func spawn(t testing.TB, ns *linktest.NS, wrap, env []string, args ...string) *d
 		select {
 		case <-p.done:
 		default:
-			p.checkStallKicks()
 			cmd.Process.Kill() // by PID: ours
 			<-p.done
 		}
@@ -154,51 +152,6 @@ func spawn(t testing.TB, ns *linktest.NS, wrap, env []string, args ...string) *d
 		}
 	})
 	return p
-}
-
-// checkStallKicks fails the test if the daemon's stall sweeper had to wake
-// a send queue (stall_kicks): a wake-up the datapath lost. A daemon that
-// does not answer (a test made it refuse clients) is only logged.
-func (p *daemonProc) checkStallKicks() {
-	if p.socket == "" {
-		return
-	}
-	type res struct {
-		n   uint64
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		d, err := verbs.Open(p.socket)
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		defer d.Close()
-		st, err := d.Stats()
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		for _, c := range st.Device {
-			if c.Name == "stall_kicks" {
-				ch <- res{n: c.Value}
-				return
-			}
-		}
-		ch <- res{err: fmt.Errorf("no device counter stall_kicks")}
-	}()
-	select {
-	case r := <-ch:
-		switch {
-		case r.err != nil:
-			p.t.Logf("vrnicd on %s: stall_kicks not read: %v", p.socket, r.err)
-		case r.n > 0:
-			p.t.Errorf("vrnicd on %s: the stall sweeper woke %d send queues: a wake-up was lost", p.socket, r.n)
-		}
-	case <-time.After(5 * time.Second):
-		p.t.Logf("vrnicd on %s: stall_kicks not read in 5 s", p.socket)
-	}
 }
 
 func (p *daemonProc) signal(s syscall.Signal) {

@@ -25,7 +25,6 @@ type connServer interface {
 	Broadcast(ev verbsock.EventType, port uint32)
 	Clients() int
 	Objects(yield func(kind string, n uint64))
-	SweepKicks() uint64
 }
 
 // newConnServer returns the client protocol's server for dev (rdma_cm

@@ -26,10 +26,6 @@ var _ AdminDevice = (*nic.Device)(nil)
 // order (netstack.Counters.Each has this shape).
 type CounterFunc func(yield func(name string, v uint64))
 
-// stallKicks is the device counter of the send queues the stall sweeper
-// woke (Server.SweepKicks): the real daemons' test fixtures fail on one.
-const stallKicks = "stall_kicks"
-
 // checkExtraCounters refuses extra counters that cannot be reported whole:
 // a name longer than a Stat's name field, or more counters than a reply
 // holds beside the transport's.
@@ -37,7 +33,7 @@ func checkExtraCounters(f CounterFunc) error {
 	if f == nil {
 		return nil
 	}
-	names := map[string]bool{stallKicks: true} // the server's own
+	names := map[string]bool{}
 	for _, n := range transport.CounterNames() {
 		names[n] = true
 	}
@@ -129,11 +125,6 @@ func (c *conn) queryStats(r *verbsock.PageReq) (any, error) {
 			slot[name] = nd
 			nd++
 		})
-	}
-	if nd < verbsock.MaxDeviceStats {
-		putName(&resp.Device[nd].Name, stallKicks)
-		resp.Device[nd].Value = c.s.SweepKicks()
-		nd++
 	}
 	nq := min(len(tnames), verbsock.MaxQPStats)
 	resp.NumDevice, resp.NumQPValues = uint16(nd), uint16(nq)

@@ -138,8 +138,8 @@ func adminQueryStats(t *testing.T, r *raw, byQPN map[uint32]*nic.QP, gone map[ui
 			t.Fatal(err)
 		}
 		names := transport.CounterNames()
-		if int(p.NumQPValues) != len(names) || int(p.NumDevice) != len(names)+1 { // + stall_kicks
-			t.Fatalf("page %d: %d device counters, %d per QP; want %d each and stall_kicks (no extra counters configured)",
+		if int(p.NumQPValues) != len(names) || int(p.NumDevice) != len(names) {
+			t.Fatalf("page %d: %d device counters, %d per QP; want %d each (no extra counters configured)",
 				pages, p.NumDevice, p.NumQPValues, len(names))
 		}
 		for i, nm := range names {
@@ -187,8 +187,8 @@ func TestAdminExtraCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := transport.CounterNames()
-	if int(p.NumDevice) != len(names)+2 || int(p.NumQPValues) != len(names) { // + stall_kicks
-		t.Fatalf("%d device counters (%d per QP), want %d (%d)", p.NumDevice, p.NumQPValues, len(names)+2, len(names))
+	if int(p.NumDevice) != len(names)+1 || int(p.NumQPValues) != len(names) {
+		t.Fatalf("%d device counters (%d per QP), want %d (%d)", p.NumDevice, p.NumQPValues, len(names)+1, len(names))
 	}
 	got := map[string]uint64{}
 	for _, st := range p.Device[:p.NumDevice] {

@@ -114,8 +114,7 @@ type qpObj struct {
 	srq            *srqObj
 	sqm, rqm       *shm.Mapping
 	sq             *wq.SendQueue
-	swept          uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
-	heap           int64  // daemon memory charged for it (qpHeapBytes)
+	heap           int64 // daemon memory charged for it (qpHeapBytes)
 }
 
 type srqObj struct {
@@ -440,22 +439,6 @@ func (c *conn) destroyCQ(q *cqObj) {
 	q.m.Release()
 	if q.ev != nil {
 		q.ev.Close()
-	}
-}
-
-// sweep wakes the send owner of every QP whose ring stalled (see
-// Server.SweepInterval).
-func (c *conn) sweep() {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, o := range c.qps {
-		if o.sq.Stalled(&o.swept) {
-			if qp := o.qp.Load(); qp != nil {
-				c.s.kicks.Add(1)
-				c.log.Debug("send queue stalled: the sweeper woke it (a lost wake-up)", "qpn", qp.QPN())
-				qp.NotifySend()
-			}
-		}
 	}
 }
 

@@ -106,7 +106,7 @@ func statsAfterWrite(t *testing.T, other *verbs.Device, a, b *side) verbs.Stats 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Device) != len(transport.CounterNames())+1 || len(st.QPs) != 2 { // + stall_kicks
+	if len(st.Device) != len(transport.CounterNames()) || len(st.QPs) != 2 {
 		t.Fatalf("Stats: %d device counters, %d QPs", len(st.Device), len(st.QPs))
 	}
 	byQPN := map[uint32]*verbs.QPStats{}
