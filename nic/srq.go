@@ -2,18 +2,18 @@ package nic
 
 import (
 	"fmt"
-
 	"sync/atomic"
 
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
 )
 
-// An SRQ's ring, like a QP's, has one consumer that sleeps on its
-// doorbell: a datapath worker, in the same wait set as its link and its
-// QPs' doorbells (worker_wait.go). Its QPs take WQEs from the SRQ itself
-// on their own workers; the worker that owns the SRQ only moves what the
-// client posts in the ring into it.
+// An SRQ's doorbell, like a QP's, is a member of one datapath worker's
+// wait set, with its link and its QPs' doorbells (worker_wait.go): that
+// worker owns the SRQ's wake-ups, and moves what the client posts in the
+// ring into the SRQ. The workers of the SRQ's QPs move it too, before
+// each request they handle (drainRecv), as they do a QP's own receive
+// ring, and take WQEs from the SRQ itself.
 
 // maxSRQPosts bounds the receives one pass moves from an SRQ's ring into
 // the SRQ: a client that keeps posting (or ringing) gets its SRQ drained
