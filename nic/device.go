@@ -123,8 +123,8 @@ type Device struct {
 	// lingering: destroyed RC QPs that still acknowledge duplicates
 	// (transport.ClosedQP) until their time is up; their QPNs are not
 	// handed out again meanwhile.
-	lingering map[uint32]lingerQP // +checklocks:mu
-	srqs      map[*transport.SRQ]struct{}
+	lingering map[uint32]lingerQP         // +checklocks:mu
+	srqs      map[*transport.SRQ]*srqBell // the SRQs, with their doorbell if watched (srq.go)
 	nextSRQ   uint32
 	closed    bool
 
@@ -160,7 +160,7 @@ func NewDevice(cfg Config) (*Device, error) {
 	cfg.Limits.defaults()
 	d := &Device{cfg: cfg, log: cfg.Log, gids: cfg.GIDs, clock: cfg.Clock, qps: map[uint32]*QP{}, nextQPN: 0x11,
 		lingering: map[uint32]lingerQP{},
-		srqs:      map[*transport.SRQ]struct{}{}, nextSRQ: 1}
+		srqs:      map[*transport.SRQ]*srqBell{}, nextSRQ: 1}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -309,49 +309,6 @@ func (d *Device) ResolveAH(av *transport.AddressVector) error {
 func (d *Device) isLocal(g [16]byte) bool {
 	_, ok := d.gids.Index(gid.GID(g))
 	return ok
-}
-
-// CreateSRQ makes a shared receive queue in pd.
-func (d *Device) CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*transport.SRQ, error) {
-	if maxWR > d.cfg.Limits.MaxQPWR || maxSGE > d.cfg.Limits.MaxSGE {
-		return nil, fmt.Errorf("%w: SRQ of %d WRs × %d SGEs (max %d × %d)", transport.ErrInvalid, maxWR, maxSGE,
-			d.cfg.Limits.MaxQPWR, d.cfg.Limits.MaxSGE)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, ErrClosed
-	}
-	if len(d.srqs) >= d.cfg.Limits.MaxSRQ {
-		return nil, fmt.Errorf("%w: %d SRQs", ErrLimit, len(d.srqs))
-	}
-	if err := d.mem.HoldPD(pd); err != nil {
-		return nil, err
-	}
-	s, err := transport.NewSRQ(d.nextSRQ, pd, maxWR, maxSGE, onLimit)
-	if err != nil {
-		_ = d.mem.ReleasePD(pd)
-		return nil, err
-	}
-	d.nextSRQ++
-	d.srqs[s] = struct{}{}
-	return s, nil
-}
-
-// DestroySRQ releases an SRQ (EBUSY while a QP uses it).
-func (d *Device) DestroySRQ(s *transport.SRQ) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.srqs[s]; !ok {
-		return ErrNoSuchSRQ
-	}
-	for _, q := range d.qps {
-		if q.tq.SRQ() == s {
-			return fmt.Errorf("SRQ %d is used by QP %#x: %w", s.SRQN(), q.QPN(), errBusy)
-		}
-	}
-	delete(d.srqs, s)
-	return d.mem.ReleasePD(s.PD())
 }
 
 var errBusy = errors.New("busy")

@@ -3,7 +3,9 @@
 // SRQs, the memory tables of transport/mem) and runs its QPs on datapath
 // workers (worker.go): a worker owns a QP outright, both sides and their
 // timers, and runs it to completion; the first worker reads a pollable link
-// itself.
+// itself. The workers are the one owner of wake-ups: each sleeps in one
+// wait set holding its link and the doorbells of its QPs and SRQs
+// (worker_wait.go, srq.go), with its QPs' timers as its deadline.
 //
 // Received RoCEv2 packets are checked as kernel rxe's ingress checks them
 // (rxe_recv.c: opcode, TVer, destination QP, QP type, path addresses, P_Key);

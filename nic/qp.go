@@ -90,7 +90,8 @@ type QP struct {
 	onEv  func(transport.Event)
 	w     *worker
 
-	blockSelfMcast bool // QPConfig.BlockSelfMcastLB
+	blockSelfMcast bool     // QPConfig.BlockSelfMcastLB
+	srq            *srqBell // its SRQ's ring, if watched (WatchSRQ before the QP was made)
 
 	// Set by anyone, taken by the worker (worker.markReady).
 	wantSend, wantRecv atomic.Bool
@@ -173,6 +174,9 @@ func (d *Device) newQP(cfg QPConfig) (*QP, error) {
 		return nil, err
 	}
 	q.tq = tq
+	if cfg.SRQ != nil {
+		q.srq = d.srqs[cfg.SRQ]
+	}
 	d.qps[qpn] = q
 	return q, nil
 }
@@ -369,9 +373,15 @@ func (q *QP) peekSend(wr *transport.SendWR) bool {
 }
 
 // drainRecv moves posted receive WRs from the client's ring into the
-// engine; the worker runs it before every request so a receive posted
-// just before a message arrives is there for it.
+// engine, or from its SRQ's ring into the SRQ; the worker runs it before
+// every request so a receive posted just before a message arrives is
+// there for it, as a post is at once on a NIC (and so counts for the
+// SRQ's limit when the request takes a WQE).
 func (q *QP) drainRecv(wr *transport.RecvWR) {
+	if q.srq != nil {
+		q.srq.postBefore()
+		return
+	}
 	if q.rq == nil {
 		return
 	}

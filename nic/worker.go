@@ -31,15 +31,16 @@ type worker struct {
 	done chan struct{}
 
 	// ws is the worker's one sleep: the link it reads itself, if any
-	// (attachPoller), and the doorbells of the QPs it owns. Anyone who
+	// (attachPoller), and the doorbells of the QPs and SRQs it owns. Anyone who
 	// queues work while the worker sleeps there wakes it (signal).
 	ws       *link.WaitSet
 	sleeping atomic.Bool
 
-	mu    sync.Mutex
-	inbox []*rxItem // +checklocks:mu
-	ready []*QP     // +checklocks:mu
-	calls []call    // +checklocks:mu
+	mu       sync.Mutex
+	inbox    []*rxItem  // +checklocks:mu
+	ready    []*QP      // +checklocks:mu
+	calls    []call     // +checklocks:mu
+	srqReady []*srqBell // +checklocks:mu
 
 	// Owned by the worker goroutine.
 	rcv        *netstack.RxPoller        // the link it reads, nil: none
@@ -47,6 +48,8 @@ type worker struct {
 	linkFD     int                       // rcv's descriptor in ws, -1: none
 	onErr      func(error)               // the link failed
 	bells      map[int]*QP               // doorbell descriptor -> its QP
+	srqBells   map[int]*srqBell          // doorbell descriptor -> its SRQ's (srq.go)
+	srqRdy     []*srqBell                // SRQs whose ring this pass drains (srq.go)
 	stopped    bool                      // the loop has ended (read after done)
 	rx         []*rxItem
 	rdy        []*QP
@@ -76,7 +79,7 @@ func newWorker(d *Device) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, stop: make(chan struct{}), done: make(chan struct{}),
+	w := &worker{d: d, ws: ws, linkFD: -1, bells: map[int]*QP{}, srqBells: map[int]*srqBell{}, stop: make(chan struct{}), done: make(chan struct{}),
 		timers: clock.NewHeap(func(q *QP) *clock.Slot { return &q.wake })}
 	w.deliverFn = w.deliver
 	w.env = d.env
@@ -174,7 +177,8 @@ func (w *worker) yieldToCallers() {
 // look gathers one round's work without waiting: what is queued for the
 // worker, due timers, the link's ready frames (given to the engine at
 // once), posts on the rings it polls and, at most every bellInterval, the
-// doorbells of the others. It reports whether there is anything to run.
+// doorbells of the others (QPs' and SRQs'). It reports whether there is
+// anything to run.
 func (w *worker) look() bool {
 	took := w.take()
 	if w.pollLink() > 0 {
@@ -265,7 +269,7 @@ func (w *worker) linkFailed(err error) {
 func (w *worker) queued() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.inbox)+len(w.ready)+len(w.calls) > 0
+	return len(w.inbox)+len(w.ready)+len(w.calls)+len(w.srqReady) > 0
 }
 
 // take swaps the queues for the worker's own buffers; false: nothing queued
@@ -275,8 +279,9 @@ func (w *worker) take() bool {
 	w.rx, w.inbox = w.inbox, w.rx[:0]
 	w.rdy, w.ready = w.ready, w.rdy[:0]
 	w.cl, w.calls = w.calls, w.cl[:0]
+	w.srqRdy, w.srqReady = w.srqReady, w.srqRdy[:0]
 	w.mu.Unlock()
-	return len(w.rx)+len(w.rdy)+len(w.cl) > 0 || w.timers.Due(w.d.clock.Now())
+	return len(w.rx)+len(w.rdy)+len(w.cl)+len(w.srqRdy) > 0 || w.timers.Due(w.d.clock.Now())
 }
 
 // sync returns once the worker has finished every pass that took what was
@@ -287,8 +292,10 @@ func (w *worker) sync() {
 	w.run(call{f: func() {}})
 }
 
-// pass runs one round: calls, received packets, doorbells, due timers, the
-// QPs all of them touched, then one batch of frames to the link.
+// pass runs one round: calls, SRQ rings whose doorbell rang (before the
+// received packets that may need their receives), received packets,
+// doorbells, due timers, the QPs all of them touched, then one batch of
+// frames to the link.
 func (w *worker) pass() {
 	for _, c := range w.cl {
 		c.f()
@@ -299,6 +306,7 @@ func (w *worker) pass() {
 		w.ran = true
 	}
 	clear(w.cl)
+	w.postSRQs()
 	w.handleRx()
 	for _, q := range w.rdy {
 		q.inReady.Store(false) // before the flags: a later notify queues q again

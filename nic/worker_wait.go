@@ -9,8 +9,9 @@ import (
 )
 
 // A worker sleeps in one place, its link.WaitSet: the link it reads (if
-// any) and the doorbells of the QPs it owns are members, so a frame or a
-// client's doorbell wakes the worker's thread directly, and work queued
+// any) and the doorbells of the QPs and SRQs it owns are members, so a
+// frame or a client's doorbell wakes the worker's thread directly (it is
+// the one owner of the datapath's wake-ups), and work queued
 // from other goroutines (packets for its QPs, posts, notifications) wakes
 // it through signal. Busy, it polls the set without waiting once a pass,
 // so a busy link never starves a doorbell.
@@ -94,7 +95,7 @@ func (w *worker) stopping() bool {
 
 // pollBells rings the doorbells that are ready, without waiting.
 func (w *worker) pollBells() {
-	if len(w.bells) == 0 && w.linkFD < 0 {
+	if len(w.bells) == 0 && len(w.srqBells) == 0 && w.linkFD < 0 {
 		return
 	}
 	if _, err := w.ws.Poll(w.ring); err != nil {
@@ -111,8 +112,8 @@ func (w *worker) waitFailed(err error) {
 }
 
 // ring is the wait set's report of a ready member: the link (only a
-// failure needs handling; the loop reads it every pass), or a doorbell,
-// which runs both sides of its QP this pass.
+// failure needs handling; the loop reads it every pass), a QP's doorbell,
+// which runs both sides of its QP this pass, or an SRQ's (ringSRQ).
 func (w *worker) ring(fd int, events uint32) {
 	if fd == w.linkFD {
 		if events&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
@@ -120,6 +121,10 @@ func (w *worker) ring(fd int, events uint32) {
 				w.linkFailed(err)
 			}
 		}
+		return
+	}
+	if b := w.srqBells[fd]; b != nil {
+		w.ringSRQ(fd, b)
 		return
 	}
 	q := w.bells[fd]
@@ -168,7 +173,7 @@ func (w *worker) dropBell(q *QP) {
 }
 
 // closeWaitSet closes the set as the loop ends; doorbells still there are
-// closed by their QPs' Destroy.
+// closed by their QPs' Destroy and DestroySRQ.
 func (w *worker) closeWaitSet() {
 	w.stopped = true
 	_ = w.ws.Close()

@@ -114,20 +114,19 @@ type qpObj struct {
 	srq            *srqObj
 	sqm, rqm       *shm.Mapping
 	sq             *wq.SendQueue
-	swept          uint64 // sweeper's state for sq.Stalled (sweeper goroutine only)
-	heap           int64  // daemon memory charged for it (qpHeapBytes)
+	heap           int64 // daemon memory charged for it (qpHeapBytes)
 }
 
 type srqObj struct {
 	srq   *transport.SRQ
 	pd    uint32
-	bell  *bell
 	users int   // under conn.mu
 	heap  int64 // daemon memory charged for it (srqHeapBytes)
 
-	// mu orders the ring's consumer: the drain (the doorbell's goroutine)
-	// moves posts into the SRQ, the receive owners of its QPs free slots
-	// as they take WQEs (taken), resize_srq swaps the ring.
+	// mu orders the ring's consumer: the SRQ's datapath worker moves
+	// posts into the SRQ (post), the receive owners of its QPs (on their
+	// own workers) free slots as they take WQEs (taken), resize_srq swaps
+	// the ring.
 	mu     sync.Mutex
 	rq     *wq.RecvQueue
 	m      *shm.Mapping
@@ -145,7 +144,8 @@ func (o *srqObj) taken() {
 	if !o.closed {
 		o.rq.Retire(o.srq.Len())
 		if o.starved {
-			o.starved = o.drainLocked() // the room just made takes what waited
+			// The room just made takes what waited: as much as fits.
+			o.starved, _ = o.drainLocked(-1)
 		}
 	}
 	o.mu.Unlock()
@@ -347,67 +347,14 @@ func signalFile(f *os.File) {
 	_ = rc.Control(func(fd uintptr) { _ = shm.Wake(int(fd)) })
 }
 
-// doorbell is the daemon's end of a QP's doorbell channel as the device
-// takes it (nic.Doorbell): the QP's worker waits on it with its link.
+// doorbell is the daemon's end of a QP's or SRQ's doorbell channel as the
+// device takes it (nic.Doorbell): the worker that owns the QP or SRQ
+// waits on it with its link.
 type doorbell int
 
 func (b doorbell) FD() int                                { return int(b) }
 func (b doorbell) Drain() (n int, closed bool, err error) { return shm.DrainWakes(int(b)) }
 func (b doorbell) Close() error                           { return unix.Close(int(b)) }
-
-// bell is the daemon's end of an SRQ's doorbell channel: the client sends
-// on its end when it publishes into a ring whose consumer said it was
-// idle. A goroutine waits on it: an SRQ's consumer is not one QP's worker.
-type bell struct {
-	f    *os.File
-	stop atomic.Bool
-	done chan struct{}
-}
-
-// newBell makes a doorbell; the returned descriptor is the client's end.
-func newBell() (*bell, int, error) {
-	own, peer, err := shm.WakePair()
-	if err != nil {
-		return nil, -1, err
-	}
-	return &bell{f: os.NewFile(uintptr(own), "vrnic-doorbell"), done: make(chan struct{})}, peer, nil
-}
-
-// run waits for doorbells on the netpoller (no thread waits) and calls
-// ring once for each batch taken. It ends when close is called or the
-// client's end is gone.
-func (b *bell) run(ring func()) {
-	defer close(b.done)
-	rc, err := b.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	for {
-		var n int
-		var closed bool
-		err := rc.Read(func(fd uintptr) bool {
-			var derr error
-			n, closed, derr = shm.DrainWakes(int(fd))
-			return n > 0 || closed || derr != nil
-		})
-		if err != nil || b.stop.Load() {
-			return
-		}
-		if n > 0 {
-			ring()
-		}
-		if closed {
-			return
-		}
-	}
-}
-
-// close stops run and waits for it: closing the file wakes the netpoller.
-func (b *bell) close() {
-	b.stop.Store(true)
-	b.f.Close()
-	<-b.done
-}
 
 // cleanup destroys everything the client owned, in dependency order.
 func (c *conn) cleanup() {
@@ -475,11 +422,14 @@ func (c *conn) destroyQP(q *qpObj) {
 }
 
 func (c *conn) destroySRQ(s *srqObj) {
-	s.bell.close()
+	// Its QPs are gone (the SRQ's users), and once DestroySRQ returns its
+	// worker neither drains the ring nor watches the doorbell.
+	if err := c.s.dev.DestroySRQ(s.srq); err != nil {
+		c.log.Warn("SRQ left behind", "srqn", s.srq.SRQN(), "err", err)
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	_ = c.s.dev.DestroySRQ(s.srq)
 	s.m.Release()
 	c.unchargeBytes(s.heap)
 }
@@ -489,22 +439,6 @@ func (c *conn) destroyCQ(q *cqObj) {
 	q.m.Release()
 	if q.ev != nil {
 		q.ev.Close()
-	}
-}
-
-// sweep wakes the send owner of every QP whose ring stalled (see
-// Server.SweepInterval).
-func (c *conn) sweep() {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, o := range c.qps {
-		if o.sq.Stalled(&o.swept) {
-			if qp := o.qp.Load(); qp != nil {
-				c.s.kicks.Add(1)
-				c.log.Debug("send queue stalled: the sweeper woke it (a lost wake-up)", "qpn", qp.QPN())
-				qp.NotifySend()
-			}
-		}
 	}
 }
 

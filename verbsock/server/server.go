@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +41,7 @@ type Device interface {
 	GIDs() *gid.Table
 	CreateQP(cfg nic.QPConfig) (*nic.QP, error)
 	CreateSRQ(pd mem.PD, maxWR, maxSGE uint32, onLimit func()) (*transport.SRQ, error)
+	WatchSRQ(s *transport.SRQ, bell nic.Doorbell, post func(max int) (more bool)) error
 	DestroySRQ(s *transport.SRQ) error
 	ResolveAH(av *transport.AddressVector) error
 	AttachMcast(q *nic.QP, mgid gid.GID) error
@@ -127,24 +127,10 @@ type Server struct {
 	closed    bool
 	nextID    uint32
 	wg        sync.WaitGroup
-	stop      chan struct{}
-	// kicks counts the send queues the sweeper had to wake: each one a
-	// wake-up the datapath lost (SweepKicks).
-	kicks atomic.Uint64
 	// ctx is the parent of every client's context; Close cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
-
-// SweepInterval is how often the server looks for send queues whose owner
-// had a WR refused (engine queue full) and was not woken since; it wakes
-// them. The device's send owner retries by itself (the worker runs the
-// send side whenever an ACK or completion frees room); this only bounds the
-// wait if it does not, so it is long: every tick is a thread wake-up of an
-// otherwise idle daemon, and with the 2 ms it had, the ticks kept a P
-// busy often enough that the runtime took the sleeping datapath worker's
-// P away and had to give one back at its next wake-up.
-const SweepInterval = 50 * time.Millisecond
 
 // New makes a server.
 func New(cfg Config) (*Server, error) {
@@ -192,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 		users:    map[uint32]*account{},
 		refused:  map[*net.UnixConn]struct{}{},
 		refusing: make(chan struct{}, maxRefusing),
-		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}, stop: make(chan struct{})}
+		conns:    map[*conn]struct{}{}, listeners: map[*net.UnixListener]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.fillConnLimits(); err != nil {
 		return nil, err
@@ -200,37 +186,7 @@ func New(cfg Config) (*Server, error) {
 	a := cfg.Device.Attr()
 	s.userLim = userLimits(cfg.UserLimits, deviceTables{MaxPD: a.MaxPD, MaxCQ: a.MaxCQ, MaxQP: a.MaxQP,
 		MaxSRQ: a.MaxSRQ, MaxMR: a.MaxMR, MaxMW: a.MaxMW, MaxAH: a.MaxAH, MaxMcastGrp: a.MaxMcastGrp})
-	s.wg.Add(1)
-	go s.sweeper()
 	return s, nil
-}
-
-// SweepKicks is how many send queues the stall sweeper has woken: each
-// one a wake-up the datapath lost. The shared test fixture (servertest)
-// fails a test that needed one, so that the sweeper can go once the whole
-// suite runs without it (issue: one owner of wake-ups).
-func (s *Server) SweepKicks() uint64 { return s.kicks.Load() }
-
-func (s *Server) sweeper() {
-	defer s.wg.Done()
-	t := time.NewTicker(SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		conns := make([]*conn, 0, len(s.conns))
-		for c := range s.conns {
-			conns = append(conns, c)
-		}
-		s.mu.Unlock()
-		for _, c := range conns {
-			c.sweep()
-		}
-	}
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -322,7 +278,6 @@ func (s *Server) Clients() int {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if !s.closed {
-		close(s.stop)
 		s.cancel() // every client's context: their CM waits end
 	}
 	s.closed = true

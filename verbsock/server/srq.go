@@ -68,19 +68,26 @@ func (c *conn) createSRQ(r *verbsock.CreateSRQReq, fds []int) (any, []int, error
 	}
 	srq.OnTake(o.taken)
 	o.srq = srq
-	b, bfd, err := newBell()
+	own, peer, err := shm.WakePair()
 	if err != nil {
 		_ = c.s.dev.DestroySRQ(srq)
 		m.Release()
 		return nil, nil, err
 	}
-	o.bell = b
+	// The SRQ's worker sleeps on the doorbell with its link and QPs'
+	// (nic.Device.WatchSRQ); the device closes the daemon's end with the
+	// SRQ, or now if this fails.
+	if err := c.s.dev.WatchSRQ(srq, doorbell(own), o.post); err != nil {
+		verbsock.CloseFDs([]int{peer})
+		_ = c.s.dev.DestroySRQ(srq)
+		m.Release()
+		return nil, nil, err
+	}
 	c.mu.Lock()
 	c.srqs[h] = o
 	c.mu.Unlock()
 	created = true
-	go b.run(func() { c.drainSRQ(o) })
-	return &verbsock.CreateSRQResp{SRQ: h, SRQN: srq.SRQN(), MaxWR: n, MaxSGE: maxSGE}, []int{bfd}, nil
+	return &verbsock.CreateSRQResp{SRQ: h, SRQN: srq.SRQN(), MaxWR: n, MaxSGE: maxSGE}, []int{peer}, nil
 }
 
 // srqRing is the daemon end of an SRQ's ring in m.
@@ -92,27 +99,39 @@ func (c *conn) srqRing(h uint32, m *shm.Mapping, n, maxSGE uint32) (*wq.RecvQueu
 		}})
 }
 
-// drainSRQ moves posted receives from the SRQ ring into the SRQ (the
-// doorbell's goroutine, on a post). A slot goes back when a QP takes its
+// post moves at most max posted receives from the SRQ ring into the SRQ
+// (the SRQ's datapath worker, when its doorbell rang, until post reports
+// no more; nic.Device.WatchSRQ). A slot goes back when a QP takes its
 // WQE (srqObj.taken), so the ring never holds more than the SRQ's max_wr
 // WQEs not yet taken and the SRQ has room for all of them: the ring bounds
 // even a hostile producer so (its index may run at most a ring ahead of
 // the slots handed back, or the ring is corrupt). Were the SRQ full all
 // the same, the posts left in the ring wait for the next QP that takes a
 // WQE, which drains them (starved): no timer, no retry loop.
-func (c *conn) drainSRQ(o *srqObj) {
+func (o *srqObj) post(max int) (more bool) {
 	o.mu.Lock()
-	o.starved = !o.closed && o.drainLocked()
-	o.mu.Unlock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.starved, more = o.drainLocked(max)
+	return more
 }
 
-// drainLocked moves what the ring holds into the SRQ, under o.mu, and
-// reports whether it stopped on a full SRQ.
-func (o *srqObj) drainLocked() (full bool) {
+// drainLocked moves what the ring holds into the SRQ, at most max WRs
+// (max < 0: all of it), under o.mu. full: it stopped on a full SRQ; more:
+// it stopped at max.
+func (o *srqObj) drainLocked(max int) (full, more bool) {
 	var wr transport.RecvWR
-	for o.rq.Peek(&wr) {
+	for n := 0; ; n++ {
+		if n == max {
+			return false, true
+		}
+		if !o.rq.Peek(&wr) {
+			return false, false // the ring is armed: the client's next post rings
+		}
 		if err := o.srq.Post(&wr); errors.Is(err, transport.ErrFull) {
-			return true
+			return true, false
 		}
 		// Any other error is a WQE the SRQ refuses; it is dropped (the ring
 		// decoder already bounded its SGEs, so this does not happen), and
@@ -120,7 +139,6 @@ func (o *srqObj) drainLocked() (full bool) {
 		o.rq.Consume()
 		o.rq.Retire(o.srq.Len())
 	}
-	return false
 }
 
 // resizeSRQ moves an SRQ to a new ring of max_wr entries (ibv_modify_srq
@@ -175,7 +193,7 @@ func (o *srqObj) moveTo(rq *wq.RecvQueue, m *shm.Mapping, n uint32) (used uint32
 	if err := o.srq.Modify(n, true, 0, false); err != nil {
 		return 0, err
 	}
-	o.drainLocked() // it has room: checked above
+	o.drainLocked(-1) // it has room: checked above
 	used = uint32(o.srq.Len())
 	if err := rq.Carry(used); err != nil {
 		return 0, err

@@ -8,7 +8,6 @@ package wq
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/vrnic/vrnicd/transport"
 	"github.com/vrnic/vrnicd/transport/mem"
@@ -45,9 +44,8 @@ type SQConfig struct {
 type SendQueue struct {
 	c      ring.Consumer
 	cfg    SQConfig
-	peeked atomic.Uint64 // head+1 while the entry at head is handed out and not consumed
-	copyb  []byte        // the private copy of the entry at head
-	have   bool          // wr holds the decoded entry at head
+	copyb  []byte // the private copy of the entry at head
+	have   bool   // wr holds the decoded entry at head
 	wr     transport.SendWR
 	sgl    []transport.SGE
 	inline []byte
@@ -100,7 +98,6 @@ func (q *SendQueue) peek(wr *transport.SendWR, quiet bool) bool {
 	copy(q.copyb, e) // the only read of the client's entry
 	q.decode()
 	q.have = true
-	q.peeked.Store(q.c.Head() + 1)
 	*wr = q.wr
 	return true
 }
@@ -111,27 +108,13 @@ func (q *SendQueue) Consume() {
 		return
 	}
 	q.have = false
-	q.peeked.Store(0)
 	q.c.Consume()
 }
 
 // Discard implements nic.Discarder, on the send owner.
 func (q *SendQueue) Discard() {
 	q.have = false
-	q.peeked.Store(0)
 	q.c.Discard()
-}
-
-// Stalled reports whether the entry at the head of the ring was handed out
-// and is still not consumed, as it was at the previous call (last keeps
-// the caller's state between calls). A send owner whose engine refused a
-// WR (queue full) and which nothing woke since is stalled; any goroutine
-// may ask, periodically.
-func (q *SendQueue) Stalled(last *uint64) bool {
-	v := q.peeked.Load()
-	stalled := v != 0 && v == *last
-	*last = v
-	return stalled
 }
 
 func (q *SendQueue) decode() {

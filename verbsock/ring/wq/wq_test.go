@@ -430,29 +430,3 @@ func TestSPSCConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
-
-func TestStalled(t *testing.T) {
-	p, q, _ := sq(t, 4, 1, 0, nil)
-	var last uint64
-	if q.Stalled(&last) {
-		t.Fatal("empty ring stalled")
-	}
-	post(t, p, &ring.SQE{Opcode: transport.WRSend}, 1, 0)
-	var wr transport.SendWR
-	q.Peek(&wr) // handed out, the engine refuses it: not consumed
-	if q.Stalled(&last) {
-		t.Fatal("stalled at the first look (needs two in a row)")
-	}
-	if !q.Stalled(&last) {
-		t.Fatal("refused entry not reported stalled")
-	}
-	q.Consume()
-	if q.Stalled(&last) {
-		t.Fatal("stalled after Consume")
-	}
-	post(t, p, &ring.SQE{Opcode: transport.WRSend}, 1, 0)
-	q.Peek(&wr)
-	if q.Stalled(&last) {
-		t.Fatal("a new entry counted as the old one")
-	}
-}
