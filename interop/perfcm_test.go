@@ -60,14 +60,25 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 			defer cancel()
 			before := cmCount(t, d)
-			job := vm.StartTimeout(kcmd, 140*time.Second)
-			defer job.Kill()
-			// The kernel server listens once it has its device open: until
-			// then our channel's REQ meets REJ 8.
-			so, se, exit, err := retryWhile(ctx, "REJ reason 8", func() (string, string, int, error) {
-				return startTool(t, n, append(vargs, guest)...).wait(ctx)
-			})
-			ko, ke, kexit, kerr := job.Wait(ctx)
+			var so, se, ko, ke string
+			var exit, kexit int
+			var err, kerr error
+			for attempt := 1; ; attempt++ {
+				job := vm.StartTimeout(kcmd, 140*time.Second)
+				defer job.Kill()
+				// The kernel server listens once it has its device open: until
+				// then our channel's REQ meets REJ 8.
+				so, se, exit, err = retryWhile(ctx, "REJ reason 8", func() (string, string, int, error) {
+					return startTool(t, n, append(vargs, guest)...).wait(ctx)
+				})
+				ko, ke, kexit, kerr = job.Wait(ctx)
+				if kexit != 0 && perftestClockFailed(ko+ke) && attempt < 2 {
+					waitCMDone(t, d, settleCM)
+					t.Logf("attempt %d: the guest's perftest could not calibrate its clock (r^2 < 0.9 under emulation); again", attempt)
+					continue
+				}
+				break
+			}
 			if err != nil || exit != 0 || kerr != nil || kexit != 0 {
 				t.Fatalf("vrnic-perf (client): exit %d %v\n%s%s\nkernel %s (server): exit %d %v\n%s%s", exit, err, so, se, kcmd, kexit, kerr, ko, ke)
 			}
@@ -88,6 +99,18 @@ func TestInteropPerfRdmaCM(t *testing.T) {
 			ko, ke, kexit, kerr := retryWhile(ctx, "Unexpected CM event bl blka 8", func() (string, string, int, error) {
 				return vm.Exec(ctx, kcmd+" "+ours)
 			})
+			if kexit != 0 && perftestClockFailed(ko+ke) {
+				// As above, the other way: vrnic-perf would wait for the
+				// close handshake for ever; start both again, once.
+				p.kill()
+				waitCMDone(t, d, settleCM)
+				t.Logf("the guest's perftest could not calibrate its clock (r^2 < 0.9 under emulation); again")
+				p = startTool(t, n, vargs...)
+				defer p.kill()
+				ko, ke, kexit, kerr = retryWhile(ctx, "Unexpected CM event bl blka 8", func() (string, string, int, error) {
+					return vm.Exec(ctx, kcmd+" "+ours)
+				})
+			}
 			so, se, exit, err := p.wait(ctx)
 			if kerr != nil || kexit != 0 || err != nil || exit != 0 {
 				t.Fatalf("kernel %s (client): exit %d %v\n%s%s\nvrnic-perf (server): exit %d %v\n%s%s", kcmd, kexit, kerr, ko, ke, exit, err, so, se)
@@ -195,4 +218,12 @@ func perfSkeleton(out string) string {
 		l = append(l, s)
 	}
 	return strings.Join(l, "\n")
+}
+
+// perftestClockFailed: perftest's cycle-counter calibration failed (its
+// get_cpu_mhz fits samples and gives up below r^2 0.9, "Can't produce a
+// report"), which an emulated guest's clock does now and then: the tool
+// exits 1 after a run that went through, without its closing handshake.
+func perftestClockFailed(out string) bool {
+	return strings.Contains(out, "Correlation coefficient r^2") && strings.Contains(out, "Can't produce a report")
 }
