@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/nic/link/linktest"
 	"github.com/vrnic/vrnicd/transport/clock"
 )
@@ -135,18 +134,7 @@ func peerGroupFrame(t *testing.T, srcMAC []byte, g netip.Addr) []byte {
 // a group, forwarded by the bridge, is delivered.
 func TestTAPModeMulticastInNetns(t *testing.T) {
 	linktest.RequireRoot(t)
-	nsA, nsB := linktest.NewNS(t, "nma"), linktest.NewNS(t, "nmb")
-	tapName, br, va, vb := linktest.UniqueName("tm"), linktest.UniqueName("bm"), linktest.UniqueName("ma"), linktest.UniqueName("mb")
-	var tap *link.TAP
-	if err := nsA.Do(func() (err error) {
-		tap, err = link.OpenTAP(link.TAPConfig{Name: tapName, MTU: 1500})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tap.Close() })
-	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
-	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
+	nsA, nsB, tap, tapName, br, vb := tapBridged(t, "m")
 	rx := make(chan RxPacket, 16)
 	st, err := New(Config{Link: tap, Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}, Deliver: deliverTo(rx)})
 	if err != nil {

@@ -50,24 +50,32 @@ func deliverTo(ch chan RxPacket) func([]RxPacket) {
 // (linktest.WaitFor), looking every waitPoll.
 const waitLimit, waitPoll = 5 * time.Second, 20 * time.Millisecond
 
-// TestTAPModeInNetns: a stack on a TAP in namespace A, bridged to a veth
-// whose peer is in namespace B. B pings it (IPv4 and link-local IPv6), the
-// stack resolves B, a UDP datagram from a socket in B reaches Deliver, and a
-// packet from the stack reaches a UDP socket in B.
-func TestTAPModeInNetns(t *testing.T) {
-	linktest.RequireRoot(t)
-	nsA, nsB := linktest.NewNS(t, "nsa"), linktest.NewNS(t, "nsb")
-	tapName, br, va, vb := linktest.UniqueName("tp"), linktest.UniqueName("br"), linktest.UniqueName("va"), linktest.UniqueName("vb")
-	var tap *link.TAP
-	if err := nsA.Do(func() (err error) {
+// tapBridged makes the root tests' bed: a TAP (MTU 1500) in namespace a,
+// a port of bridge br there, whose veth's peer vb is in namespace b. tag
+// tells the tests' interface names apart.
+func tapBridged(t *testing.T, tag string) (a, b *linktest.NS, tap *link.TAP, tapName, br, vb string) {
+	a, b = linktest.NewNS(t, "n"+tag+"a"), linktest.NewNS(t, "n"+tag+"b")
+	tapName, br, va := linktest.UniqueName("t"+tag), linktest.UniqueName("b"+tag), linktest.UniqueName(tag+"a")
+	vb = linktest.UniqueName(tag + "b")
+	if err := a.Do(func() (err error) {
 		tap, err = link.OpenTAP(link.TAPConfig{Name: tapName, MTU: 1500})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tap.Close() })
-	linktest.BridgedVeth(t, nsA, br, va, nsB, vb)
-	nsA.Exec(t, "ip", "link", "set", tapName, "master", br)
+	linktest.BridgedVeth(t, a, br, va, b, vb)
+	a.Exec(t, "ip", "link", "set", tapName, "master", br)
+	return a, b, tap, tapName, br, vb
+}
+
+// TestTAPModeInNetns: a stack on a TAP in namespace A, bridged to a veth
+// whose peer is in namespace B. B pings it (IPv4 and link-local IPv6), the
+// stack resolves B, a UDP datagram from a socket in B reaches Deliver, and a
+// packet from the stack reaches a UDP socket in B.
+func TestTAPModeInNetns(t *testing.T) {
+	linktest.RequireRoot(t)
+	_, nsB, tap, _, _, vb := tapBridged(t, "s")
 	nsB.Exec(t, "ip", "addr", "add", "192.0.2.20/24", "dev", vb)
 
 	rx := make(chan RxPacket, 16)
