@@ -3,10 +3,15 @@ package cabi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vrnic/vrnicd/verbsock/server/servertest"
 )
 
 // UD multicast through the drop-in libibverbs as an application uses it
@@ -36,22 +41,33 @@ func mckeyPair(t *testing.T, rx, tx tool, rxBind, txBind, group string, rxArgs, 
 }
 
 // mckeyPairArgv runs the receiver rxArgv on rx and, once it says it is
-// receiving (it has joined), the sender txArgv on tx.
+// receiving (it has joined), the sender txArgv on tx. A sender started
+// before the join would send to a group with no members (UD: the
+// datagrams are gone), so a receiver that never says so fails the test.
 func mckeyPairArgv(t *testing.T, rx, tx tool, rxArgv, txArgv []string) (rxOut, txOut string, rxErr, txErr error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd, buf := rx.command(ctx, rxArgv...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The receiver has joined once it says it is receiving.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(buf.String(), "receiving data transfers") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(buf.String(), "receiving data transfers") {
+		select {
+		case err := <-exited:
+			// A receiver that ends before it receives: the caller judges.
+			return buf.String(), "", err, errors.New("sender not started: the receiver ended first")
+		case <-ctx.Done():
+			t.Fatalf("the receiver did not join within the test's time:\n%s", buf.String())
+		case <-tick.C:
+		}
 	}
-	txOut, txErr = tx.run(t, 20*time.Second, txArgv...)
-	rxErr = cmd.Wait()
+	txOut, txErr = tx.run(t, 30*time.Second, txArgv...)
+	rxErr = <-exited
 	return buf.String(), txOut, rxErr, txErr
 }
 
@@ -78,7 +94,7 @@ func TestMckeyDropin(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rxOut, txOut, rxErr, txErr := mckeyPair(t, c.rx, c.tx, c.rxBind, c.txBind, "239.5.5.5", []string{"-C", "10", "-c", "3"}, append([]string{"-C", "10"}, c.txArgs...))
 			if rxErr != nil || txErr != nil || !strings.Contains(rxOut, "data transfers complete") {
-				t.Fatalf("receiver: %v\n%s\nsender: %v\n%s", rxErr, rxOut, txErr, txOut)
+				t.Fatalf("receiver: %v\n%s\nsender: %v\n%s\n%s", rxErr, rxOut, txErr, txOut, deviceCounters(ds))
 			}
 			t.Logf("receiver:\n%s\nsender:\n%s", rxOut, txOut)
 		})
@@ -166,4 +182,21 @@ func exitStatus(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// deviceCounters is the devices' counters that are not zero, to say where
+// datagrams went when a receiver missed some.
+func deviceCounters(ds [2]servertest.Daemon) string {
+	var b strings.Builder
+	for i, d := range ds {
+		fmt.Fprintf(&b, "device %d:", i)
+		snap := d.Host.Dev.Counters().Snapshot()
+		for _, k := range slices.Sorted(maps.Keys(snap)) {
+			if snap[k] != 0 {
+				fmt.Fprintf(&b, " %s=%d", k, snap[k])
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }

@@ -20,7 +20,11 @@ type result = tooltest.Result
 func runPair(t *testing.T, ds [2]daemon, test string, args ...string) (srv, cli result) {
 	t.Helper()
 	// A perftest server would wait hours for a client that failed.
-	tool := tooltest.Tool{Run: run, OnListen: &onListen, StopOnClientError: true}
+	return runTool(tooltest.Tool{Run: run, OnListen: &onListen, StopOnClientError: true}, ds, test, args...)
+}
+
+// runTool is runPair with tool's choices.
+func runTool(tool tooltest.Tool, ds [2]daemon, test string, args ...string) (srv, cli result) {
 	return tool.RunPair(90*time.Second, append([]string{test, "--socket", ds[0].Socket, "-p", "0"}, args...),
 		func(port string) []string {
 			return append([]string{test, "--socket", ds[1].Socket, "-p", port}, args...)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vrnic/vrnicd/cmd/internal/tooltest"
 	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
@@ -75,7 +76,10 @@ func TestInline(t *testing.T) {
 // fails on any device: ibv_create_qp refuses the QP.
 func TestInlineAboveDevice(t *testing.T) {
 	ds := twoDaemons(t)
-	srv, cli := runPair(t, ds, "send_lat", "-x", "1", "--quiet", "-s", "64", "-n", "20", "-I", "513")
+	// Each fails on its own: the server's failure must not cut the
+	// client's run short before it reaches ibv_create_qp.
+	tool := tooltest.Tool{Run: run, OnListen: &onListen, StopOnClientError: true, ClientOutlivesServer: true}
+	srv, cli := runTool(tool, ds, "send_lat", "-x", "1", "--quiet", "-s", "64", "-n", "20", "-I", "513")
 	for who, r := range map[string]result{"server": srv, "client": cli} {
 		want := "Unable to create QP.\nFailed to create QP.\n Couldn't create IB resources\n"
 		if r.Err == nil || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "512 inline") {

@@ -44,11 +44,17 @@ type Tool struct {
 	// a server that would wait long for a client that is gone. Without
 	// it a test can see how the server gives up on its own.
 	StopOnClientError bool
+	// ClientOutlivesServer runs the client to its own end when the
+	// server fails: a test that wants both to fail on their own (as two
+	// processes would, the client reading what the server sent before it
+	// died).
+	ClientOutlivesServer bool
 }
 
 // RunPair runs the server with srvArgs and, once it listens, the client
 // with cliArgs(port) and "127.0.0.1" appended. A failing server ends the
-// client's run too (their context ends), as does the timeout.
+// client's run too (their context ends) unless ClientOutlivesServer, as
+// does the timeout.
 func (tl Tool) RunPair(timeout time.Duration, srvArgs []string, cliArgs func(port string) []string) (srv, cli Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -56,7 +62,11 @@ func (tl Tool) RunPair(timeout time.Duration, srvArgs []string, cliArgs func(por
 	s, a, ok := start(ctx, hook, func(ctx context.Context) Result { return capture(ctx, tl.Run, srvArgs, false) })
 	if ok {
 		port := fmt.Sprint(a.(*net.TCPAddr).Port)
-		cli = capture(s.ctx, tl.Run, append(cliArgs(port), "127.0.0.1"), false)
+		cctx := s.ctx
+		if tl.ClientOutlivesServer {
+			cctx = ctx
+		}
+		cli = capture(cctx, tl.Run, append(cliArgs(port), "127.0.0.1"), false)
 		if cli.Err != nil && tl.StopOnClientError {
 			s.stop()
 		}
