@@ -232,21 +232,7 @@ func (t *test) leave(n *node) error {
 // (rdma_destroy_event_channel).
 func (t *test) destroy() {
 	for _, n := range t.nodes {
-		if n.ah != nil {
-			_ = n.ah.Destroy()
-		}
-		if n.qp != nil {
-			_ = n.qp.Destroy()
-		}
-		if n.cq != nil {
-			_ = n.cq.Destroy()
-		}
-		if n.mr != nil {
-			_ = n.mr.Dereg()
-		}
-		if n.pd != nil {
-			_ = n.pd.Dealloc()
-		}
+		cmtool.Release(n.ah, n.qp, []*verbs.CQ{n.cq}, n.mr, n.pd)
 		if n.group != nil {
 			_ = n.group.Leave()
 		}

@@ -318,20 +318,7 @@ func (t *test) destroy() {
 		if n == nil {
 			continue
 		}
-		if n.qp != nil {
-			_ = n.qp.Destroy()
-		}
-		for _, cq := range []*verbs.CQ{n.scq, n.rcq} {
-			if cq != nil {
-				_ = cq.Destroy()
-			}
-		}
-		if n.mr != nil {
-			_ = n.mr.Dereg()
-		}
-		if n.pd != nil {
-			_ = n.pd.Dealloc()
-		}
+		cmtool.Release(nil, n.qp, []*verbs.CQ{n.scq, n.rcq}, n.mr, n.pd)
 		if n.conn != nil {
 			_ = n.conn.Close()
 		}

@@ -324,21 +324,7 @@ func (t *test) destroy() {
 		if n == nil {
 			continue
 		}
-		if n.ah != nil {
-			_ = n.ah.Destroy()
-		}
-		if n.qp != nil {
-			_ = n.qp.Destroy()
-		}
-		if n.cq != nil {
-			_ = n.cq.Destroy()
-		}
-		if n.mr != nil {
-			_ = n.mr.Dereg()
-		}
-		if n.pd != nil {
-			_ = n.pd.Dealloc()
-		}
+		cmtool.Release(n.ah, n.qp, []*verbs.CQ{n.cq}, n.mr, n.pd)
 	}
 	if t.dev != nil {
 		_ = t.dev.Close()

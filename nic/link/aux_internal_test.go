@@ -14,49 +14,43 @@ import (
 // udpFrame builds an untagged Ethernet frame with UDP to port 4791 whose
 // checksum field holds partial (what a CHECKSUM_PARTIAL sender leaves).
 func udpFrame(v6 bool, payload []byte, partial uint16) []byte {
-	udp := make([]byte, 8+len(payload))
-	binary.BigEndian.PutUint16(udp[0:], 49152)
-	binary.BigEndian.PutUint16(udp[2:], 4791)
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
-	binary.BigEndian.PutUint16(udp[6:], partial)
-	copy(udp[8:], payload)
-	var ip []byte
-	etype := uint16(0x0800)
+	ipLen, etype := header.IPv4HeaderLen, uint16(header.EtherTypeIPv4)
 	if v6 {
-		etype = 0x86dd
-		ip = make([]byte, 40)
-		ip[0] = 0x60
-		binary.BigEndian.PutUint16(ip[4:], uint16(len(udp)))
-		ip[6], ip[7] = 17, 64
-		copy(ip[8:], netip.MustParseAddr("fe80::1").AsSlice())
-		copy(ip[24:], netip.MustParseAddr("fe80::2").AsSlice())
-	} else {
-		ip = make([]byte, 20)
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
-		ip[8], ip[9] = 64, 17
-		copy(ip[12:], []byte{192, 0, 2, 1})
-		copy(ip[16:], []byte{192, 0, 2, 2})
-		binary.BigEndian.PutUint16(ip[10:], header.Checksum(ip))
+		ipLen, etype = header.IPv6HeaderLen, header.EtherTypeIPv6
 	}
-	f := make([]byte, 14, 14+len(ip)+len(udp))
-	binary.BigEndian.PutUint16(f[12:], etype)
-	return append(append(f, ip...), udp...)
+	udpLen := header.UDPHeaderLen + len(payload)
+	f := make([]byte, header.EthernetHeaderLen+ipLen+udpLen)
+	header.Ethernet(f).Encode([6]byte{}, [6]byte{}, etype)
+	ip := f[header.EthernetHeaderLen:]
+	if v6 {
+		header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: header.IPProtoUDP, HopLimit: 64,
+			Src: netip.MustParseAddr("fe80::1").As16(), Dst: netip.MustParseAddr("fe80::2").As16()})
+	} else {
+		header.IPv4(ip).Encode(&header.IPv4Fields{TotalLen: uint16(ipLen + udpLen), TTL: 64, Protocol: header.IPProtoUDP,
+			Src: [4]byte{192, 0, 2, 1}, Dst: [4]byte{192, 0, 2, 2}})
+	}
+	udp := header.UDP(ip[ipLen:])
+	udp.Encode(49152, 4791, uint16(udpLen))
+	udp.SetChecksum(partial)
+	copy(udp[header.UDPHeaderLen:], payload)
+	return f
 }
 
 // udpChecksumOK reports whether frame f (as built by udpFrame) carries a
 // correct, non-zero UDP checksum.
 func udpChecksumOK(t *testing.T, f []byte) bool {
 	t.Helper()
-	ip := f[14:]
+	ip := f[header.EthernetHeaderLen:]
 	var src, dst netip.Addr
-	var udp []byte
-	if ip[0]>>4 == 6 {
-		src, dst, udp = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40])), ip[40:]
+	var udp header.UDP
+	if header.Ethernet(f).Type() == header.EtherTypeIPv6 {
+		h := header.IPv6(ip)
+		src, dst, udp = h.Src(), h.Dst(), header.UDP(ip[header.IPv6HeaderLen:])
 	} else {
-		src, dst, udp = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20])), ip[20:]
+		h := header.IPv4(ip)
+		src, dst, udp = h.Src(), h.Dst(), header.UDP(ip[h.HeaderLen():])
 	}
-	return binary.BigEndian.Uint16(udp[6:]) != 0 && header.L4Checksum(src, dst, 17, udp) == 0
+	return udp.Checksum() != 0 && header.L4Checksum(src, dst, header.IPProtoUDP, udp) == 0
 }
 
 func TestKeepFramesFinishesPartialChecksums(t *testing.T) {

@@ -232,3 +232,26 @@ func RunTest(ctx context.Context, out io.Writer, side func(context.Context) int,
 	}
 	return nil
 }
+
+// Release destroys a node's verbs objects in the examples' destroy_node
+// order (AH, QP, CQs, MR, PD); nil ones were never made. Errors are
+// ignored: the program is ending, and the daemon frees what is left.
+func Release(ah *verbs.AH, qp *verbs.QP, cqs []*verbs.CQ, mr *verbs.MR, pd *verbs.PD) {
+	if ah != nil {
+		_ = ah.Destroy()
+	}
+	if qp != nil {
+		_ = qp.Destroy()
+	}
+	for _, cq := range cqs {
+		if cq != nil {
+			_ = cq.Destroy()
+		}
+	}
+	if mr != nil {
+		_ = mr.Dereg()
+	}
+	if pd != nil {
+		_ = pd.Dealloc()
+	}
+}
