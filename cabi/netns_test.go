@@ -11,10 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vrnic/vrnicd/nic/link/linktest"
+	"github.com/vrnic/vrnicd/verbsock/verbs"
 )
 
 // realDaemons runs two vrnicd processes in raw mode on the two ends of a
@@ -57,6 +59,12 @@ func startVrnicd(t *testing.T, bin, lib, dir string, ns *linktest.NS, iface stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("vrnicd %s's counters: %s", iface, daemonCounters(sock))
+			// The goroutines of a daemon that may be stuck, in its log.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			time.Sleep(time.Second)
+		}
 		_ = cmd.Process.Kill() // by PID: ours
 		_ = cmd.Wait()
 		log.Close()
@@ -217,8 +225,13 @@ func TestRdmacmOnRealDaemons(t *testing.T) {
 // Debian's programs through a link outage: A's interface goes down for
 // 200 ms while ibv_rc_pingpong (buffers checked, -c) and ib_write_bw run
 // between the two daemons, within their retry budgets (timeout 14, retry
-// count 7: 8 tries of 67 ms); both finish every iteration. The outage must
-// have ended before the client did, or it proved nothing.
+// count 7: 8 tries of 67 ms); both finish every iteration. The outage
+// comes once the programs' traffic flows (A has taken a thousand frames
+// more than before the run: far more than the TCP exchange), and it must
+// have ended before the client did, or it proved nothing. Timed by
+// traffic, not by the clock, the case holds on a loaded machine, where
+// starting the programs may take longer than the whole run takes here
+// (about 1.5 s and 2 s).
 func TestProgramsAcrossLinkFlap(t *testing.T) {
 	needProgram(t, "ibv_rc_pingpong", "ibverbs-utils")
 	needProgram(t, "ib_write_bw", "perftest")
@@ -228,8 +241,8 @@ func TestProgramsAcrossLinkFlap(t *testing.T) {
 		args  []string
 		iters int
 	}{
-		{"ibv_rc_pingpong", []string{"-n", "100000", "-s", "4096", "-c"}, 100000},
-		{"ib_write_bw", []string{"-s", "65536", "-n", "40000"}, 40000},
+		{"ibv_rc_pingpong", []string{"-n", "30000", "-s", "4096", "-c"}, 30000},
+		{"ib_write_bw", []string{"-s", "65536", "-n", "10000"}, 10000},
 	} {
 		t.Run(tc.prog, func(t *testing.T) {
 			gid := "-g"
@@ -237,8 +250,15 @@ func TestProgramsAcrossLinkFlap(t *testing.T) {
 				gid = "-x"
 			}
 			flapped := make(chan time.Time, 1)
+			base := rxPackets(t, tl[0].ns, "vcab0")
 			go func() {
-				time.Sleep(700 * time.Millisecond)
+				for deadline := time.Now().Add(60 * time.Second); rxPackets(t, tl[0].ns, "vcab0") < base+1000; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Errorf("no traffic on vcab0 in 60 s")
+						flapped <- time.Now()
+						return
+					}
+				}
 				err := exec.Command("ip", "-n", tl[0].ns, "link", "set", "vcab0", "down").Run()
 				time.Sleep(200 * time.Millisecond)
 				if err2 := exec.Command("ip", "-n", tl[0].ns, "link", "set", "vcab0", "up").Run(); err == nil {
@@ -266,6 +286,27 @@ func TestProgramsAcrossLinkFlap(t *testing.T) {
 			t.Logf("%s", bwLine.FindString(cliOut))
 		})
 	}
+}
+
+// rxPackets is the frames dev in namespace ns has received (ip -s link's
+// stats64), 0 if ip cannot say.
+func rxPackets(t *testing.T, ns, dev string) uint64 {
+	out, err := exec.Command("ip", "-n", ns, "-j", "-s", "link", "show", dev).Output()
+	if err != nil {
+		return 0
+	}
+	var links []struct {
+		Stats64 struct {
+			RX struct {
+				Packets uint64 `json:"packets"`
+			} `json:"rx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		t.Errorf("ip -s link show %s: %v\n%s", dev, err, out)
+		return 0
+	}
+	return links[0].Stats64.RX.Packets
 }
 
 // fiRow is a row of fi_pingpong's table: size, iterations sent and acked.
@@ -306,4 +347,25 @@ func TestLibfabricPingpong(t *testing.T) {
 			t.Logf("client:\n%s", cliOut)
 		})
 	}
+}
+
+// daemonCounters is the device counters of the daemon at sock that are not
+// zero (vrnicctl stat's), or why it could not say.
+func daemonCounters(sock string) string {
+	d, err := verbs.Open(sock)
+	if err != nil {
+		return err.Error()
+	}
+	defer d.Close()
+	st, err := d.Stats()
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, c := range st.Device {
+		if c.Value != 0 {
+			fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
+		}
+	}
+	return b.String()
 }

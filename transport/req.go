@@ -313,11 +313,14 @@ func (ss *sendSide) datagramHeaders(f *wire.PacketFields, s *qpSnap, w *swqe) {
 }
 
 // requestAck sets AckReq on an RC request: on a message's last packet, at
-// least every maxPktsPerAck packets, and on a probe, which also records
-// the PSNs it asks for.
+// least every maxPktsPerAck packets or half a window (kernel rxe's 64 of
+// its 128 PSNs), on the packet that fills the window (without it a window
+// shorter than a message would wait for a probe or the timer to open
+// again), and on a probe, which also records the PSNs it asks for.
 func (ss *sendSide) requestAck(f *wire.PacketFields, w *swqe, psn wire.PSN, last bool) {
 	ss.noAck++
-	if last || ss.noAck >= maxPktsPerAck || ss.probe {
+	every := min(maxPktsPerAck, max(int(ss.window()/2), 1))
+	if last || ss.noAck >= every || ss.windowFull(psn.Add(1)) || ss.probe {
 		f.BTH.AckReq = true
 		ss.noAck = 0
 	}

@@ -250,3 +250,50 @@ func TestWindowShrinksOnLossAndGrowsBack(t *testing.T) {
 	c := p.a.QP.Counters()
 	t.Logf("window %d under loss; %s", lossy, nonZero(c))
 }
+
+// A window shrunk below a message's packets still asks for ACKs within
+// it: after a silence long enough for a retransmit timeout (the window
+// falls to its floor of 32 PSNs), 64-packet WRITEs go a window a round
+// trip, as IBA lets any request carry AckReq, and not a window a timeout
+// or a probe (a link flap once left ib_write_bw at 16 messages a second
+// so: the packet that asked for an ACK was always past the window).
+func TestShrunkWindowStillAsksForAcks(t *testing.T) {
+	p := newPair(t, 26, tt.Options{Timeout: 14, MTU: transport.MTU1024})
+	p.net.Latency = 10 * time.Microsecond
+	src := p.buf(t, p.a, 65536, 0x1000)
+	dst := p.buf(t, p.b, 65536, 0x2000)
+	warmUp(t, p, src, dst, 20)
+	write := func(id uint64) {
+		t.Helper()
+		post(t, p.a, transport.SendWR{ID: id, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{src.SGE(0, 65536)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
+		if wc := p.waitWC(t, p.a.SendCQ, 1); wc[0].Status != transport.WCSuccess {
+			t.Fatal(wc[0].Status)
+		}
+	}
+	// The link is down for 100 ms: one retransmit timeout (67 ms).
+	down := p.net.Clock.Now().Add(100 * time.Millisecond)
+	p.net.Faults.Drop = func(*tt.Frame) bool { return p.net.Clock.Now().Before(down) }
+	write(1)
+	p.net.Faults.Drop = nil
+	c := p.a.QP.Counters()
+	if w := p.a.QP.Info().Window; c.Get(transport.RetransmitTimeouts) == 0 || w >= 64 {
+		t.Fatalf("window %d after the outage (%s): want a timeout and a window under 64 PSNs", w, nonZero(c))
+	}
+	// The first WRITE after the outage may still need a probe (what was in
+	// flight when the link came back); the rest none.
+	write(2)
+	timeouts, probes := c.Get(transport.RetransmitTimeouts), c.Get(transport.TLPProbes)
+	start := p.net.Clock.Now()
+	for i := range 10 {
+		write(uint64(3 + i))
+	}
+	took := p.net.Clock.Now().Sub(start)
+	// 640 packets at 10 us each: 6.4 ms on this link if the window never
+	// waits; the defect took 75 ms.
+	if c.Get(transport.RetransmitTimeouts) != timeouts || c.Get(transport.TLPProbes) != probes || took > 8*time.Millisecond {
+		t.Errorf("10 WRITEs of 64 packets took %v, with %d timeouts and %d probes: want round trips only",
+			took, c.Get(transport.RetransmitTimeouts)-timeouts, c.Get(transport.TLPProbes)-probes)
+	}
+	t.Logf("10 WRITEs in %v after the outage; window now %d; %s", took, p.a.QP.Info().Window, nonZero(c))
+}

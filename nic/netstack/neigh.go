@@ -342,24 +342,49 @@ func (t *neighTable) stop() {
 
 // reprobe starts a new resolution round at once for every neighbour still
 // unresolved: its probes so far went out while the link was down and
-// were lost, and the next one is up to RetransTime away. reset (may be
-// nil) runs first for each, outside the lock.
-func (t *neighTable) reprobe(reset func(ip netip.Addr)) {
+// were lost, and the next one is up to RetransTime away. The first probe after a
+// link comes back can still be lost (the peer's end may be coming up
+// too: measured on a veth pair, a 200 ms flap left the kernel's entry
+// INCOMPLETE for 400 ms), so another round follows upRetry later, and
+// only then the usual RetransTime.
+func (t *neighTable) reprobe() {
 	t.mu.Lock()
 	var ps []probe
 	now := t.clock.Now()
 	for ip, n := range t.m {
 		if n.state == nIncomplete {
 			ps = append(ps, t.startLocked(ip, n, now))
+			n.timer.Stop()
+			n.timer = t.clock.AfterFunc(t.upRetry(), func() { t.quickRetry(ip, n) })
 		}
 	}
 	t.mu.Unlock()
 	for _, p := range ps {
-		if reset != nil {
-			reset(p.ip)
-		}
 		t.solicit(p)
 	}
+}
+
+// upRetry is how soon the round after a link's return follows its first.
+func (t *neighTable) upRetry() time.Duration { return t.cfg.RetransTime / 10 }
+
+// quickRetry is reprobe's second round for one entry still unresolved;
+// retry takes over from there.
+func (t *neighTable) quickRetry(ip netip.Addr, n *neighbor) {
+	if t.kernel && t.recheck != nil {
+		if mac, ok := t.recheck(ip); ok {
+			t.confirm(ip, mac, false)
+			return
+		}
+	}
+	t.mu.Lock()
+	if t.m[ip] != n || n.state != nIncomplete {
+		t.mu.Unlock()
+		return
+	}
+	n.lastProbe = t.clock.Now()
+	n.timer = t.clock.AfterFunc(t.cfg.RetransTime, func() { t.retry(ip, n) })
+	t.mu.Unlock()
+	t.solicit(probe{ip: ip})
 }
 
 // dropQueued drops the frames queued for unresolved neighbours (the link

@@ -348,6 +348,12 @@ func rawStack(t *testing.T, ns *linktest.NS, dev string, mac1 net.HardwareAddr, 
 func rawSendResolves(t *testing.T, ns *linktest.NS, dev string, st *Stack, captMAC net.HardwareAddr, frames chan []byte, ip1, ip2 netip.Addr) {
 	t.Helper()
 	ns.Exec(t, "ip", "neigh", "flush", "dev", dev)
+	// The kernel's deletion reaches the stack's mirror as an event: send
+	// once it has, or the send may still find the old entry.
+	linktest.WaitFor(t, "the flush in the stack's table", waitLimit, waitPoll, func() bool {
+		_, _, ok := st.neigh.get(ip2)
+		return !ok
+	})
 	buf := transport(100)
 	if n, err := st.Send([]TxPacket{{Buf: buf, Offset: Headroom, Dest: &Dest{Dst: ip2, SrcPort: 0xc999, HopLimit: 3}}}); n != 1 || err != nil {
 		t.Fatalf("Send = %d, %v", n, err)

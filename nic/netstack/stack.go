@@ -191,7 +191,15 @@ func New(cfg Config) (*Stack, error) {
 			return nil, err
 		}
 		s.kern = k
-		s.neigh.solicit = func(p probe) { k.trigger(p.ip) }
+		s.neigh.solicit = func(p probe) {
+			if !p.unicast {
+				// A resolution of ours starts now, whatever the kernel's
+				// entry did before (one made while the link was down
+				// waits a whole retrans_time for its next ARP).
+				k.forgetUnresolved(p.ip)
+			}
+			k.trigger(p.ip)
+		}
 		s.neigh.recheck = k.lookup
 	default:
 		return nil, fmt.Errorf("netstack: unknown mode %d", cfg.Mode)
@@ -462,7 +470,8 @@ func (s *Stack) write(frames ...[]byte) {
 // dropped and counted (tx_link_down), and so are frames queued for
 // neighbours, which would otherwise leave late, once it is up again. Up:
 // neighbours still being resolved are probed at once (raw mode: the
-// kernel's unresolved entries are replaced), not on their retry timer, and
+// kernel's unresolved entries are replaced, as by every resolution of
+// ours), not on their retry timer, and
 // in TAP mode the multicast groups are announced again.
 func (s *Stack) SetLinkUp(up bool) {
 	wasDown := s.down.Swap(!up)
@@ -470,11 +479,7 @@ func (s *Stack) SetLinkUp(up bool) {
 		s.ctr.TxLinkDown.Add(uint64(s.neigh.dropQueued()))
 		return
 	}
-	var reset func(netip.Addr)
-	if s.kern != nil {
-		reset = s.kern.forgetUnresolved
-	}
-	s.neigh.reprobe(reset)
+	s.neigh.reprobe()
 	if wasDown {
 		s.reannounce()
 	}

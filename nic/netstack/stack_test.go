@@ -372,3 +372,33 @@ func TestSendRejectsBadRequests(t *testing.T) {
 	}
 	h.quiet()
 }
+
+// A link that comes back probes its unresolved neighbours at once, again
+// a tenth of RetransTime later (the first answer can be lost to the
+// peer's own bring-up), and then on the usual RetransTime.
+func TestLinkUpProbesAgainSoon(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Neigh = NeighConfig{MaxProbes: 5} })
+	if k, err := h.st.Send([]TxPacket{{Buf: transport(32), Offset: Headroom, Dest: &Dest{Dst: peerV4, SrcPort: 0xc001}}}); k != 1 || err != nil {
+		t.Fatalf("Send = %d, %v", k, err)
+	}
+	if !isARPRequestFor(h.next(), peerV4, false) {
+		t.Fatal("no ARP request")
+	}
+	h.st.SetLinkUp(false)
+	h.st.SetLinkUp(true)
+	if !isARPRequestFor(h.next(), peerV4, false) {
+		t.Fatal("no ARP request when the link came back")
+	}
+	h.clock.Advance(99 * time.Millisecond)
+	h.quiet()
+	h.clock.Advance(time.Millisecond)
+	if !isARPRequestFor(h.next(), peerV4, false) {
+		t.Fatal("no second ARP request 100 ms after the link came back")
+	}
+	h.clock.Advance(999 * time.Millisecond)
+	h.quiet()
+	h.clock.Advance(time.Millisecond)
+	if !isARPRequestFor(h.next(), peerV4, false) {
+		t.Fatal("no retry a RetransTime later")
+	}
+}
