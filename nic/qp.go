@@ -289,9 +289,12 @@ func (q *QP) post(send bool, f func() error) error {
 }
 
 // TakePosted returns once the QP's worker has taken the send WRs posted
-// in its ring before the call (and run its send side on them).
+// in its ring before the call (and run its send side on them). A call is
+// done when it has run, before the QPs it touched run at the end of the
+// pass: the second call is taken only by the next pass.
 func (q *QP) TakePosted() {
 	q.w.run(call{q: q, send: true, f: func() {}})
+	q.w.run(call{f: func() {}})
 }
 
 // Quiesce returns once the QP's worker has run both its sides and handed

@@ -72,8 +72,9 @@ func pair(t testing.TB, mtu int, lim nic.Limits, reader bool) (*Host, *Host) {
 	for i, l := range []*link.PipeEnd{ea, eb} {
 		addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)})
 		gids := gid.New(l.HardwareAddr(), 0)
-		dev, err := nic.NewDevice(nic.Config{Name: "vrnic" + string(rune('0'+i)), MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids, BusyPoll: nic.DefaultBusyPoll,
-			Limits: lim})
+		name := "vrnic" + string(rune('0'+i))
+		dev, err := nic.NewDevice(nic.Config{Name: name, MAC: l.HardwareAddr(), LinkMTU: mtu, GIDs: gids, BusyPoll: nic.DefaultBusyPoll,
+			Limits: lim, Log: TestLog(t, name)})
 		if err != nil {
 			t.Fatal(err)
 		}

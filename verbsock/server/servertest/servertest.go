@@ -46,7 +46,7 @@ func TwoDaemonsCM(t testing.TB, mtu int, limits verbsock.Limits, cmcfg cm.Config
 	ha, hb := nictest.Pair(t, mtu)
 	var ds [2]Daemon
 	for i, h := range []*nictest.Host{ha, hb} {
-		var lg *slog.Logger
+		lg := nictest.TestLog(t, fmt.Sprint("server", i))
 		if os.Getenv("VRNICD_TEST_LOG") != "" {
 			lg = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dev", i)
 		}
