@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/nic/link"
 	"github.com/vrnic/vrnicd/transport/wire"
 )
@@ -139,6 +140,31 @@ func flip(b []byte) {
 	}
 }
 
+// corrupt flips one bit of a RoCEv2 packet (tp: BTH through ICRC) past
+// its BTH: there every bit is covered by the ICRC, so the receiver's check
+// always catches it (a flip in the BTH's reserved byte, masked out of the
+// ICRC, would pass; one in the QPN would miss the impaired QP's filter).
+func corrupt(tp []byte) {
+	if len(tp) > wire.BTHLen {
+		flip(tp[wire.BTHLen:])
+	}
+}
+
+// corruptFrame is corrupt on an Ethernet frame carrying RoCEv2 over IPv4
+// or IPv6.
+func corruptFrame(f []byte) {
+	ip := f[link.EthernetHeaderLen:]
+	n := header.IPv4HeaderLen
+	if len(ip) > 0 && ip[0]>>4 == 6 {
+		n = header.IPv6HeaderLen
+	} else if len(ip) > 0 {
+		n = header.IPv4(ip).HeaderLen()
+	}
+	if len(ip) > n+header.UDPHeaderLen {
+		corrupt(ip[n+header.UDPHeaderLen:])
+	}
+}
+
 // rxVerdict decides about a received RoCEv2 packet (tp: BTH through ICRC):
 // drop it, or deliver it once or twice (corrupted in place first, maybe).
 func (s *Stack) rxVerdict(tp []byte) (drop, dup bool) {
@@ -152,7 +178,7 @@ func (s *Stack) rxVerdict(tp []byte) (drop, dup bool) {
 	}
 	if chance(im.cfg.Corrupt) {
 		s.ctr.ImpairCorrupted.Add(1)
-		flip(tp)
+		corrupt(tp)
 	}
 	if chance(im.cfg.Dup) {
 		s.ctr.ImpairDuplicated.Add(1)
@@ -190,7 +216,7 @@ func (t *txImpair) add(f []byte, qpn uint32) {
 	}
 	if chance(im.cfg.Corrupt) {
 		ctr.ImpairCorrupted.Add(1)
-		flip(f[link.EthernetHeaderLen:]) // past the MACs: a frame that still reaches the peer
+		corruptFrame(f) // a frame that still reaches the peer, and fails its ICRC there
 	}
 	if chance(im.cfg.Reorder) && t.swapped == nil {
 		ctr.ImpairReordered.Add(1)

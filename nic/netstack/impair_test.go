@@ -7,6 +7,7 @@ import (
 
 	"github.com/vrnic/vrnicd/header"
 	"github.com/vrnic/vrnicd/transport/wire"
+	"github.com/vrnic/vrnicd/transport/wire/rocelayers/rocetest"
 )
 
 // learnPeer answers the stack's need for the peer's MAC: an ARP request
@@ -193,6 +194,28 @@ func TestImpairmentValidate(t *testing.T) {
 	for _, im := range []Impairment{{}, {Loss: 1, Dup: 1, Reorder: 1, Corrupt: 1, Delay: MaxImpairDelay}, {Dir: DirIn, Loss: 0.5}} {
 		if err := im.Validate(); err != nil {
 			t.Errorf("%+v: %v", im, err)
+		}
+	}
+}
+
+// Every frame the impairment corrupts fails its ICRC at the receiver, in
+// either family: the flipped bit is never one the ICRC masks (the BTH's
+// reserved byte, TTL, traffic class), so an impaired port never delivers
+// a corrupted packet as good (TestImpairReceived once saw one in fifty).
+func TestCorruptionAlwaysFailsTheICRC(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		f := rocetest.BuildFrame(&rocetest.FrameSpec{V6: v6, Packet: wire.PacketFields{
+			BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: 7}, Payload: make([]byte, 32)}})
+		ip := f[header.EthernetHeaderLen:]
+		if err := wire.VerifyICRC(ip); err != nil {
+			t.Fatal(err)
+		}
+		for range 2000 {
+			g := append([]byte(nil), f...)
+			corruptFrame(g)
+			if wire.VerifyICRC(g[header.EthernetHeaderLen:]) == nil {
+				t.Fatalf("v6 %v: a corrupted frame passes its ICRC:\n% x\n% x", v6, f, g)
+			}
 		}
 	}
 }

@@ -354,8 +354,9 @@ func (t *neighTable) reprobe() {
 	for ip, n := range t.m {
 		if n.state == nIncomplete {
 			ps = append(ps, t.startLocked(ip, n, now))
+			n.probes = 0 // the quick round is a retry that spends no probe
 			n.timer.Stop()
-			n.timer = t.clock.AfterFunc(t.upRetry(), func() { t.quickRetry(ip, n) })
+			n.timer = t.clock.AfterFunc(t.upRetry(), func() { t.retry(ip, n) })
 		}
 	}
 	t.mu.Unlock()
@@ -366,26 +367,6 @@ func (t *neighTable) reprobe() {
 
 // upRetry is how soon the round after a link's return follows its first.
 func (t *neighTable) upRetry() time.Duration { return t.cfg.RetransTime / 10 }
-
-// quickRetry is reprobe's second round for one entry still unresolved;
-// retry takes over from there.
-func (t *neighTable) quickRetry(ip netip.Addr, n *neighbor) {
-	if t.kernel && t.recheck != nil {
-		if mac, ok := t.recheck(ip); ok {
-			t.confirm(ip, mac, false)
-			return
-		}
-	}
-	t.mu.Lock()
-	if t.m[ip] != n || n.state != nIncomplete {
-		t.mu.Unlock()
-		return
-	}
-	n.lastProbe = t.clock.Now()
-	n.timer = t.clock.AfterFunc(t.cfg.RetransTime, func() { t.retry(ip, n) })
-	t.mu.Unlock()
-	t.solicit(probe{ip: ip})
-}
 
 // dropQueued drops the frames queued for unresolved neighbours (the link
 // went down: they would leave late, after it came back) and returns how
