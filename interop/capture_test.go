@@ -85,8 +85,8 @@ type tapCapture struct {
 	dev    string
 	fd     int
 	start  time.Time
-	mu     sync.Mutex
-	frames []capFrame
+	frames recorder[capFrame]
+	mu     sync.Mutex // drops
 	drops  uint64
 	// intoDaemon: the device is a daemon's TAP, where what the host sends
 	// ("outgoing") goes into the daemon. On a guest's TAP it goes into the
@@ -166,9 +166,7 @@ func (c *tapCapture) run() {
 		outgoing := ll != nil && ll.Pkttype == unix.PACKET_OUTGOING
 		if f, ok := decodeFrame(buf[:n]); ok {
 			f.at, f.toVrnicd = at, outgoing == c.intoDaemon
-			c.mu.Lock()
-			c.frames = append(c.frames, f)
-			c.mu.Unlock()
+			c.frames.add(f)
 		}
 	}
 }
@@ -195,16 +193,33 @@ func (c *tapCapture) dropped() uint64 {
 }
 
 // mark returns the number of frames so far, to slice a case's frames out.
-func (c *tapCapture) mark() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.frames)
+func (c *tapCapture) mark() int { return c.frames.mark() }
+
+func (c *tapCapture) since(i int) []capFrame { return c.frames.since(i) }
+
+// recorder is what a capture has recorded so far, appended by its reader
+// goroutine while a case reads it.
+type recorder[T any] struct {
+	mu     sync.Mutex
+	frames []T
 }
 
-func (c *tapCapture) since(i int) []capFrame {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]capFrame(nil), c.frames[i:]...)
+func (r *recorder[T]) add(f T) {
+	r.mu.Lock()
+	r.frames = append(r.frames, f)
+	r.mu.Unlock()
+}
+
+func (r *recorder[T]) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.frames)
+}
+
+func (r *recorder[T]) since(i int) []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]T(nil), r.frames[i:]...)
 }
 
 // decodeFrame reads Ethernet, IPv4/IPv6, UDP 4791 and the BTH (and AETH).

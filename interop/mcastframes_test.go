@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -142,8 +141,7 @@ type frameLog struct {
 	dev    string
 	pc     *rxepeer.PacketConn
 	start  time.Time
-	mu     sync.Mutex
-	frames []loggedFrame
+	frames recorder[loggedFrame]
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -181,9 +179,7 @@ func startFrameLog(t *testing.T, n *rxepeer.Netns, dev string, epoch time.Time) 
 			if _, ok := parseMcastRoCE(f); !ok && parseIGMP(f) == nil {
 				continue
 			}
-			l.mu.Lock()
-			l.frames = append(l.frames, loggedFrame{at: time.Since(l.start), outgoing: out, b: append([]byte(nil), f...)})
-			l.mu.Unlock()
+			l.frames.add(loggedFrame{at: time.Since(l.start), outgoing: out, b: append([]byte(nil), f...)})
 		}
 	}()
 	t.Cleanup(func() {
@@ -194,17 +190,9 @@ func startFrameLog(t *testing.T, n *rxepeer.Netns, dev string, epoch time.Time) 
 	return l
 }
 
-func (l *frameLog) mark() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.frames)
-}
+func (l *frameLog) mark() int { return l.frames.mark() }
 
-func (l *frameLog) since(i int) []loggedFrame {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]loggedFrame(nil), l.frames[i:]...)
-}
+func (l *frameLog) since(i int) []loggedFrame { return l.frames.since(i) }
 
 // igmpFrom returns the membership reports for g that src sent since mark
 // (joins, not leaves).
