@@ -122,7 +122,7 @@ func (t *neighTable) lookup(ip netip.Addr) ([6]byte, bool) {
 		if !t.kernel && n.probes >= t.cfg.MaxProbes {
 			// Unicast probes went unanswered: resolve afresh.
 			n.state, n.probes = nIncomplete, 0
-			p := t.startLocked(ip, n, now)
+			p := t.startLocked(ip, n, now, t.cfg.RetransTime)
 			t.mu.Unlock()
 			t.solicit(p)
 			return [6]byte{}, false
@@ -174,7 +174,7 @@ func (t *neighTable) enqueue(ip netip.Addr, frames [][]byte) ([6]byte, bool) {
 		t.mu.Unlock()
 		return [6]byte{}, false
 	}
-	p := t.startLocked(ip, n, now)
+	p := t.startLocked(ip, n, now, t.cfg.RetransTime)
 	t.mu.Unlock()
 	t.solicit(p)
 	return [6]byte{}, false
@@ -188,16 +188,16 @@ func (t *neighTable) resolve(ip netip.Addr) {
 	t.enqueue(ip, nil)
 }
 
-// startLocked begins a resolution round: it arms the retry timer and
-// returns the first probe, which the caller sends after unlocking (no link
-// write happens under the lock).
-func (t *neighTable) startLocked(ip netip.Addr, n *neighbor, now time.Time) probe {
+// startLocked begins a resolution round: it arms the retry timer (first
+// retry after wait) and returns the first probe, which the caller sends
+// after unlocking (no link write happens under the lock).
+func (t *neighTable) startLocked(ip netip.Addr, n *neighbor, now time.Time, wait time.Duration) probe {
 	n.probes = 1
 	n.lastProbe = now
 	if n.timer != nil {
 		n.timer.Stop()
 	}
-	n.timer = t.clock.AfterFunc(t.cfg.RetransTime, func() { t.retry(ip, n) })
+	n.timer = t.clock.AfterFunc(wait, func() { t.retry(ip, n) })
 	return probe{ip: ip}
 }
 
@@ -342,21 +342,18 @@ func (t *neighTable) stop() {
 
 // reprobe starts a new resolution round at once for every neighbour still
 // unresolved: its probes so far went out while the link was down and
-// were lost, and the next one is up to RetransTime away. The first probe after a
-// link comes back can still be lost (the peer's end may be coming up
-// too: measured on a veth pair, a 200 ms flap left the kernel's entry
-// INCOMPLETE for 400 ms), so another round follows upRetry later, and
-// only then the usual RetransTime.
+// were lost, and the next one is up to RetransTime away. The first retry
+// comes after upRetry, not RetransTime, and spends no probe: an answer
+// lost to the peer's own end still coming up then costs a tenth of the
+// usual wait, well inside an RC QP's retry budget.
 func (t *neighTable) reprobe() {
 	t.mu.Lock()
 	var ps []probe
 	now := t.clock.Now()
 	for ip, n := range t.m {
 		if n.state == nIncomplete {
-			ps = append(ps, t.startLocked(ip, n, now))
-			n.probes = 0 // the quick round is a retry that spends no probe
-			n.timer.Stop()
-			n.timer = t.clock.AfterFunc(t.upRetry(), func() { t.retry(ip, n) })
+			ps = append(ps, t.startLocked(ip, n, now, t.upRetry()))
+			n.probes = 0
 		}
 	}
 	t.mu.Unlock()
